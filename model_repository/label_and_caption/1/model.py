@@ -1,0 +1,61 @@
+"""Step 3, BLS: label and probability from the logits, then a caption conditioned on the label."""
+
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from pipeline_src.classification import STATUS_ERROR, STATUS_TIMEOUT, caption_plan, predict
+from pipeline_src.settings import LabelAndCaptionSettings
+from pipeline_src.triton_step import StepContext, bytes_tensor, input_array
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.step = StepContext(args)
+        self.settings = LabelAndCaptionSettings.from_model_config(self.step.config)
+
+    async def execute(self, requests):
+        # The captioner calls of all requests are in flight at once; its dynamic batcher merges them.
+        return await asyncio.gather(*(self._label_and_caption(request) for request in requests))
+
+    async def _label_and_caption(self, request):
+        try:
+            predictions = [predict(row) for row in input_array(request, "LOGITS")]
+        except ValueError as exc:
+            return self.step.error(f"classifier output unusable: {exc}", pb_utils.TritonError.INTERNAL)
+        plans = [
+            caption_plan(prediction, self.settings.prompt_template, self.settings.confidence_threshold)
+            for prediction in predictions
+        ]
+        prompts = [prompt for prompt, _ in plans]
+        captions, failure = await self._caption(pb_utils.get_input_tensor_by_name(request, "PIXEL_VALUES"), prompts)
+        statuses = [failure or status for _, status in plans]
+        return pb_utils.InferenceResponse(output_tensors=[
+            bytes_tensor("LABEL", [prediction.label for prediction in predictions]),
+            pb_utils.Tensor("PROBABILITY", np.array([[p.probability] for p in predictions], dtype=np.float32)),
+            pb_utils.Tensor("PROBABILITIES", np.stack([p.probabilities for p in predictions])),
+            bytes_tensor("CAPTION", captions),
+            bytes_tensor("CAPTION_STATUS", statuses),
+        ])
+
+    async def _caption(self, pixel_values, prompts):
+        """(captions, None), or (empty captions, the status saying why) when the captioner let us down."""
+        empty = [""] * len(prompts)
+        request = pb_utils.InferenceRequest(
+            model_name=self.settings.captioner_model,
+            inputs=[pixel_values, bytes_tensor("PROMPT", prompts)],
+            requested_output_names=["CAPTION"],
+        )
+        timeout_s = self.settings.caption_timeout_ms / 1000.0
+        try:
+            # shield: on timeout stop waiting, but let the captioner finish instead of cancelling mid-flight.
+            response = await asyncio.wait_for(asyncio.shield(request.async_exec()), timeout_s)
+        except asyncio.TimeoutError:
+            return empty, f"{STATUS_TIMEOUT}: no caption within {self.settings.caption_timeout_ms} ms"
+        if response.has_error():
+            message = response.error().message()
+            self.step.logger.log_warn(f"{self.step.name}: captioner failed: {message}")
+            return empty, f"{STATUS_ERROR}: {message}"
+        captions = pb_utils.get_output_tensor_by_name(response, "CAPTION").as_numpy().reshape(-1)
+        return [caption.decode("utf-8") for caption in captions], None

@@ -1,0 +1,63 @@
+"""From classifier logits to a Food-11 label, a real probability, and the captioning prompt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline_src.labels import FOOD11_CLASSES
+
+
+def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax: shifting by the max keeps exp() from overflowing."""
+    logits = np.asarray(logits, dtype=np.float64)
+    shifted = logits - np.max(logits, axis=axis, keepdims=True)
+    exps = np.exp(shifted)
+    return (exps / np.sum(exps, axis=axis, keepdims=True)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    label: str
+    probability: float
+    probabilities: np.ndarray  # float32 [11], sums to 1
+
+
+def predict(logits: np.ndarray, classes: tuple[str, ...] = FOOD11_CLASSES) -> Prediction:
+    """The top class of one row of logits, with its softmax probability."""
+    logits = np.asarray(logits)
+    if logits.shape != (len(classes),):
+        raise ValueError(f"expected {len(classes)} logits, got shape {logits.shape}")
+    if not np.all(np.isfinite(logits)):
+        raise ValueError("logits contain NaN or infinity")
+    probabilities = softmax(logits)
+    index = int(np.argmax(probabilities))
+    return Prediction(classes[index], float(probabilities[index]), probabilities)
+
+
+def build_prompt(template: str, label: str) -> str:
+    """The captioning prompt for a label, e.g. ``"a photo of {label},"`` -> ``"a photo of bread,"``.
+
+    BLIP's tokenizer is uncased, so the label is lower-cased to make the prompt the exact prefix of
+    the caption it produces.
+    """
+    return template.format(label=label.lower()).strip()
+
+
+# CAPTION_STATUS values: a code, optionally followed by ": <detail>".
+STATUS_OK = "ok"  # captioned with the label's prompt
+STATUS_LOW_CONFIDENCE = "low_confidence"  # probability under the threshold: captioned without the label
+STATUS_TIMEOUT = "captioner_timeout"  # the captioner did not answer in time: empty caption
+STATUS_ERROR = "captioner_error"  # the captioner failed: empty caption
+
+
+def caption_plan(prediction: Prediction, template: str, threshold: float) -> tuple[str, str]:
+    """The prompt to caption with and the status a successful caption gets.
+
+    Below the confidence threshold a wrong label would steer the caption wrong, so BLIP captions
+    without a prompt instead.
+    """
+    if prediction.probability < threshold:
+        return "", STATUS_LOW_CONFIDENCE
+    return build_prompt(template, prediction.label), STATUS_OK

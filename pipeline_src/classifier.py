@@ -1,0 +1,39 @@
+"""The Food-11 classifier as an ONNX Runtime session: CUDA on a GPU instance, CPU otherwise."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnxruntime as ort
+
+log = logging.getLogger(__name__)
+
+
+def execution_providers(on_gpu: bool, device_id: int = 0) -> list:
+    """CUDA first on a GPU instance (falling back to the CPU if this ONNX Runtime build lacks it)."""
+    if not on_gpu:
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        log.warning("GPU instance, but this onnxruntime has no CUDA provider: running on the CPU "
+                    "(install onnxruntime-gpu)")
+        return ["CPUExecutionProvider"]
+    return [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
+
+
+class OnnxClassifier:
+    """One session run for a whole stacked batch of requests."""
+
+    def __init__(self, onnx_path: str, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads
+        self.session = ort.InferenceSession(onnx_path, options, providers=execution_providers(on_gpu, device_id))
+        (self.input,) = self.session.get_inputs()
+        self.output = self.session.get_outputs()[0]
+
+    @property
+    def providers(self) -> list[str]:
+        return self.session.get_providers()
+
+    def logits(self, batch: np.ndarray) -> np.ndarray:
+        return self.session.run([self.output.name], {self.input.name: batch})[0]

@@ -1,0 +1,105 @@
+"""Decode raw image bytes once and build both model tensors from the one decoded image."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+ACCEPTED_FORMATS = frozenset({"JPEG", "PNG", "WEBP", "BMP", "GIF", "MPO"})  # MPO: multi-picture JPEG
+
+CLASSIFIER_SIZE = 224
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+
+# BLIP's image processor: 384x384 bicubic resize (no crop), CLIP mean/std.
+CAPTIONER_SIZE = 384
+CLIP_MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
+CLIP_STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
+
+
+class ImageRejected(ValueError):
+    """The bytes are not an image this pipeline accepts; the message says why."""
+
+
+@dataclass(frozen=True)
+class ImageTensors:
+    classifier: np.ndarray  # float32 [3, 224, 224], ImageNet-normalised
+    captioner: np.ndarray  # float32 [3, 384, 384], CLIP-normalised
+
+
+def decode_rgb(data: bytes, max_pixels: int) -> Image.Image:
+    """Decode ``data`` into an upright RGB image, refusing oversized images before decoding pixels."""
+    if not data:
+        raise ImageRejected("empty image: the request carried zero bytes")
+    try:
+        image = Image.open(io.BytesIO(data))  # reads the header only
+    except Image.DecompressionBombError as exc:
+        raise ImageRejected(f"image refused as a decompression bomb: {exc}") from exc
+    except UnidentifiedImageError as exc:
+        raise ImageRejected("cannot decode: not a JPEG, PNG, WebP, BMP or GIF image") from exc
+    except (OSError, SyntaxError, ValueError) as exc:  # Pillow's errors for a damaged header
+        raise ImageRejected(f"cannot decode the image header: {exc}") from exc
+    if image.format not in ACCEPTED_FORMATS:
+        raise ImageRejected(f"unsupported image format {image.format}; send JPEG, PNG, WebP, BMP or GIF")
+    width, height = image.size
+    if width * height > max_pixels:
+        raise ImageRejected(f"image of {width}x{height} pixels exceeds the cap of {max_pixels} pixels")
+    # JPEG only: let libjpeg decode at a reduced scale that still covers the captioner's size.
+    image.draft("RGB", (CAPTIONER_SIZE, CAPTIONER_SIZE))
+    try:
+        image.load()  # GIF and WebP: the first frame
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageRejected(f"cannot decode {image.format} image: {exc}") from exc
+    return _to_rgb(ImageOps.exif_transpose(image))
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    if image.mode == "RGB":
+        return image
+    if image.mode.startswith("I;16") or image.mode in ("I", "F"):
+        # 16/32-bit greyscale: scale to 8 bits instead of clipping everything above 255 to white.
+        pixels = np.asarray(image, dtype=np.float32)
+        peak = float(pixels.max()) or 1.0
+        image = Image.fromarray((pixels * (255.0 / peak)).astype(np.uint8), mode="L")
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        # Transparent pixels become white, as an image viewer shows them, not black.
+        rgba = image.convert("RGBA")
+        background = Image.new("RGB", rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    return image.convert("RGB")
+
+
+def classifier_tensor(image: Image.Image, size: int = CLASSIFIER_SIZE) -> np.ndarray:
+    """torchvision's Resize(size) + CenterCrop(size) + ImageNet Normalize, as float32 CHW."""
+    width, height = image.size
+    if width <= height:
+        new_size = (size, int(size * height / width))
+    else:
+        new_size = (int(size * width / height), size)
+    resized = image.resize(new_size, Image.Resampling.BILINEAR)
+    left = int(round((new_size[0] - size) / 2.0))
+    top = int(round((new_size[1] - size) / 2.0))
+    cropped = resized.crop((left, top, left + size, top + size))
+    return _normalise_chw(cropped, IMAGENET_MEAN, IMAGENET_STD)
+
+
+def captioner_tensor(image: Image.Image, size: int = CAPTIONER_SIZE) -> np.ndarray:
+    """BLIP's preprocessing: bicubic resize to size x size, rescale, CLIP Normalize, float32 CHW."""
+    resized = image.resize((size, size), Image.Resampling.BICUBIC)
+    return _normalise_chw(resized, CLIP_MEAN, CLIP_STD)
+
+
+def _normalise_chw(image: Image.Image, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    pixels = np.asarray(image, dtype=np.float32)  # HWC
+    pixels = (pixels * (1.0 / 255.0) - mean) / std
+    return np.ascontiguousarray(pixels.transpose(2, 0, 1))
+
+
+def image_tensors(data: bytes, max_pixels: int) -> ImageTensors:
+    """Decode once, then derive both tensors from the same decoded image."""
+    image = decode_rgb(data, max_pixels)
+    return ImageTensors(classifier=classifier_tensor(image), captioner=captioner_tensor(image))

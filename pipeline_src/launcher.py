@@ -1,0 +1,167 @@
+"""Start and stop the real ``tritonserver`` that the ``nvidia-pytriton`` wheel bundles.
+
+No Docker needed: the wheel carries the server, the Python backend and one backend stub per Python
+version. The stub must sit in the backend directory, so a private one is assembled under
+``work_dir`` (site-packages is never written to). Elsewhere (NVIDIA's container) pass ``binary``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class TritonStartError(RuntimeError):
+    """The server exited or did not become ready; the message carries the end of its log."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    http: int = 8000
+    grpc: int = 8001
+    metrics: int = 8002
+
+
+def _pytriton_dir() -> Path:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise TritonStartError("nvidia-pytriton is not installed: pip install nvidia-pytriton==0.7.0")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _bundled_backend_dir(work_dir: Path) -> Path:
+    """backends/python with the wheel's backend library and the stub for this Python."""
+    server_dir = _pytriton_dir() / "tritonserver"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = server_dir / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.exists():
+        raise TritonStartError(f"nvidia-pytriton has no Python backend stub for Python {version}")
+    python_backend = work_dir / "backends" / "python"
+    python_backend.mkdir(parents=True, exist_ok=True)
+    for source in (server_dir / "backends" / "python").iterdir():
+        if source.is_file():
+            shutil.copy2(source, python_backend / source.name)
+    shutil.copy2(stub, python_backend / stub.name)
+    return python_backend.parent
+
+
+def _path_with_this_python() -> str:
+    """PATH with this interpreter's bin directory first.
+
+    The stub's embedded interpreter ignores PYTHONPATH (it starts isolated) but finds its prefix from
+    ``python3`` on PATH; from a virtualenv's bin it reads ``pyvenv.cfg`` and so imports this
+    environment's packages, this project included.
+    """
+    return os.pathsep.join(filter(None, [str(Path(sys.executable).parent), os.environ.get("PATH")]))
+
+
+class TritonServer:
+    """A tritonserver process on a model repository; a context manager that always stops it."""
+
+    def __init__(self, model_repository: Path, work_dir: Path, ports: Ports = Ports(),
+                 log_file: Path | None = None, extra_args: tuple[str, ...] = (), binary: Path | None = None):
+        self.model_repository = Path(model_repository).resolve()
+        self.work_dir = Path(work_dir).resolve()
+        self.ports = ports
+        self.log_file = Path(log_file or self.work_dir / "tritonserver.log").resolve()
+        self.extra_args = tuple(extra_args)
+        self.binary = binary
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.ports.http}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.ports.grpc}"
+
+    def command(self) -> list[str]:
+        if self.binary:
+            command = [str(self.binary)]
+        else:
+            command = [str(_pytriton_dir() / "tritonserver" / "bin" / "tritonserver"),
+                       f"--backend-directory={_bundled_backend_dir(self.work_dir)}"]
+        return command + [
+            f"--model-repository={self.model_repository}",
+            f"--http-port={self.ports.http}",
+            f"--grpc-port={self.ports.grpc}",
+            f"--metrics-port={self.ports.metrics}",
+            *self.extra_args,
+        ]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ, PATH=_path_with_this_python())
+        if not self.binary:
+            # This Python's libpython first: the stub must embed the same patch release as the
+            # standard library it will import, or extension modules miss symbols.
+            libs = [sysconfig.get_config_var("LIBDIR"), str(_pytriton_dir().parent / "nvidia_pytriton.libs")]
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [*libs, os.environ.get("LD_LIBRARY_PATH")]))
+        return env
+
+    def start(self, ready_timeout_s: float = 300.0) -> "TritonServer":
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            # Own process group: stopping it also stops the backend stubs it spawned.
+            self.process = subprocess.Popen(self.command(), env=self.environment(), stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            self.wait_until_ready(ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def wait_until_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise TritonStartError(f"tritonserver exited with code {self.process.returncode}:\n{self.log_tail()}")
+            if self.is_ready():
+                return
+            time.sleep(0.25)
+        raise TritonStartError(f"tritonserver not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGINT (Triton's graceful shutdown), then SIGKILL to the whole group if it hangs."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        return self.process.returncode
+
+    def __enter__(self) -> "TritonServer":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

@@ -1,0 +1,79 @@
+"""Build every model file the repository needs: ``python scripts/build_models.py --help``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from pipeline_src.launcher import PROJECT_ROOT
+
+log = logging.getLogger("build_models")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository",
+                        help="the model repository to fill (default: %(default)s)")
+    parser.add_argument("--classifier-checkpoint", type=Path,
+                        help="the course's MobileNetV2 Food-11 checkpoint (a state dict). Default: the offline "
+                             "ImageNet EfficientNet-Lite0 with a Food-11 head (see README)")
+    parser.add_argument("--trust-pickled-checkpoint", action="store_true",
+                        help="accept a whole pickled model as checkpoint. Loading it RUNS CODE from the file: "
+                             "only for files you trust")
+    blip = parser.add_mutually_exclusive_group()
+    blip.add_argument("--blip", metavar="HUB_ID_OR_DIR",
+                      help="a real BLIP captioning model: Hugging Face id (e.g. "
+                           "Salesforce/blip-image-captioning-base) or a local snapshot directory")
+    blip.add_argument("--blip-standin", choices=("base", "tiny"), default="base",
+                      help="without --blip: a random-weights stand-in (MEANINGLESS captions) of this size; "
+                           "base has blip-image-captioning-base's architecture and cost (default: %(default)s)")
+    parser.add_argument("--force", action="store_true", help="rebuild files that already exist")
+    return parser.parse_args(argv)
+
+
+def build_classifier(args: argparse.Namespace) -> None:
+    from pipeline_src.model_build import classifier_export
+
+    target = args.repository / "classifier" / "1" / "model.onnx"
+    if target.exists() and not args.force:
+        log.info("classifier: %s exists (--force rebuilds it)", target)
+        return
+    if args.classifier_checkpoint:
+        log.info("classifier: exporting %s (course MobileNetV2)", args.classifier_checkpoint)
+        model = classifier_export.load_checkpoint(args.classifier_checkpoint, args.trust_pickled_checkpoint)
+    else:
+        log.info("classifier: offline default, ImageNet EfficientNet-Lite0 with the ImageNet->Food-11 head")
+        model = classifier_export.imagenet_lite0_food11()
+    difference = classifier_export.export_onnx(model, target)
+    print(f"classifier: wrote {target}; max abs difference ONNX Runtime vs PyTorch: {difference:.3g}")
+
+
+def build_captioner(args: argparse.Namespace) -> None:
+    from pipeline_src.captioning import standin_info
+    from pipeline_src.model_build import blip_snapshot
+
+    target = args.repository / "captioner" / "1" / "blip"
+    if (target / "config.json").exists() and not args.force:
+        kind = standin_info(target)
+        log.info("captioner: %s exists (%s; --force rebuilds it)", target,
+                 f"stand-in {kind['size']}" if kind else "real weights")
+        return
+    if args.blip:
+        blip_snapshot.save_real(args.blip, target)
+        print(f"captioner: wrote {target} from {args.blip}")
+    else:
+        blip_snapshot.save_standin(target, args.blip_standin)
+        print(f"captioner: wrote a {args.blip_standin} BLIP STAND-IN with RANDOM WEIGHTS to {target}: "
+              "its captions are MEANINGLESS (use --blip for a real model)")
+
+
+def main(argv=None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    args = parse_args(argv)
+    build_classifier(args)
+    build_captioner(args)
+
+
+if __name__ == "__main__":
+    main()

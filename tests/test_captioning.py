@@ -1,0 +1,64 @@
+"""BLIP captioning on the tiny stand-in: real classes, real processor, random weights."""
+
+import numpy as np
+import pytest
+from transformers import BlipForConditionalGeneration
+
+from pipeline_src.captioning import BlipCaptioner, standin_info
+from pipeline_src.model_build.blip_snapshot import STANDIN_SIZES, standin_config, standin_processor
+
+PROMPTS = ["a photo of noodles/pasta,", "", "a photo of bread,"]
+
+
+@pytest.fixture(scope="module")
+def blip_dir(model_repository):
+    return model_repository / "captioner" / "1" / "blip"
+
+
+@pytest.fixture(scope="module")
+def captioner(blip_dir):
+    return BlipCaptioner(str(blip_dir), max_new_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def pixels():
+    return np.random.default_rng(0).standard_normal((3, 3, 384, 384)).astype(np.float32)
+
+
+def test_standin_is_marked_as_such(blip_dir):
+    assert standin_info(blip_dir)["size"] == "tiny"
+
+
+def test_standin_uses_blips_real_tokenizer_layout(captioner):
+    tokenizer = captioner.tokenizer
+    assert len(tokenizer) == 30524  # bert-base-uncased + [DEC] + [ENC], as blip-image-captioning-base
+    assert tokenizer.bos_token == "[DEC]"
+    assert tokenizer.bos_token_id == captioner.model.config.text_config.bos_token_id
+    assert tokenizer.tokenize("Noodles") == ["noodles"]
+
+
+def test_base_standin_has_the_architecture_of_blip_image_captioning_base():
+    tokenizer = standin_processor().tokenizer
+    model = BlipForConditionalGeneration(standin_config("base", len(tokenizer), tokenizer.bos_token_id))
+    millions = sum(p.numel() for p in model.parameters()) / 1e6
+    assert 220 < millions < 260, millions  # blip-image-captioning-base: ~247M parameters
+    assert STANDIN_SIZES["base"]["layers"] == 12
+
+
+def test_each_caption_begins_with_its_prompt(captioner, pixels):
+    captions = captioner.caption(pixels, PROMPTS)
+    for prompt, caption in zip(PROMPTS, captions):
+        assert caption.startswith(prompt)
+    assert not captions[1].startswith("a photo of")
+
+
+def test_one_batched_generate_equals_one_call_per_image(captioner, pixels):
+    """Prompts of different lengths in one batch: left padding and masks must change nothing."""
+    batched = captioner.caption(pixels, PROMPTS)
+    single = [captioner.caption(pixels[i : i + 1], [prompt])[0] for i, prompt in enumerate(PROMPTS)]
+    assert batched == single
+
+
+def test_prompt_count_must_match_image_count(captioner, pixels):
+    with pytest.raises(ValueError, match="3 images but 2 prompts"):
+        captioner.caption(pixels, PROMPTS[:2])

@@ -1,0 +1,49 @@
+"""The food11-caption CLI against the session's tritonserver."""
+
+import json
+
+import pytest
+
+from food11_client import cli
+
+from conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def photo_files(tmp_path, photos):
+    paths = {}
+    for name in ("apple.jpg", "coffee.png"):
+        paths[name] = tmp_path / name
+        paths[name].write_bytes(photos[name])
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not a jpeg")
+    paths["broken.jpg"] = broken
+    return paths
+
+
+def test_prints_one_json_result_per_photo_in_order(triton, photo_files, capsys):
+    files = [str(photo_files["apple.jpg"]), str(photo_files["coffee.png"])]
+    assert cli.main(["--url", triton.grpc_url, *files]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert [result["file"] for result in results] == files
+    assert results[0]["label"] == "Vegetable/Fruit"
+    assert set(results[1]) == {"file", "label", "probability", "caption", "caption_status"}
+
+
+def test_names_the_bad_photo(triton, photo_files, capsys):
+    code = cli.main(["--url", triton.grpc_url, str(photo_files["apple.jpg"]), str(photo_files["broken.jpg"])])
+    assert code == cli.EXIT_BAD_PHOTO
+    assert f"bad photo: {photo_files['broken.jpg']}: " in capsys.readouterr().err
+
+
+def test_missing_file_is_reported_before_calling_the_server(tmp_path, capsys):
+    assert cli.main(["--url", "127.0.0.1:1", str(tmp_path / "nope.jpg")]) == cli.EXIT_BAD_PHOTO
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_says_clearly_when_the_server_is_down(photo_files, capsys):
+    code = cli.main(["--url", f"127.0.0.1:{free_port()}", "--timeout", "10", str(photo_files["apple.jpg"])])
+    assert code == cli.EXIT_SERVER_DOWN
+    assert "Triton is not serving food11_pipeline" in capsys.readouterr().err

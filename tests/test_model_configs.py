@@ -1,0 +1,87 @@
+"""Every config.pbtxt parses as Triton's ModelConfig, and the ensemble's wiring is consistent."""
+
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from pipeline_src import settings
+from pipeline_src.launcher import PROJECT_ROOT
+
+REPOSITORY = PROJECT_ROOT / "model_repository"
+CONFIG_FILES = sorted(REPOSITORY.glob("*/config.pbtxt"))
+STEP_SETTINGS = {
+    "preprocess": settings.PreprocessSettings,
+    "classifier": settings.ClassifierSettings,
+    "label_and_caption": settings.LabelAndCaptionSettings,
+    "captioner": settings.CaptionerSettings,
+}
+
+
+def load(path: Path) -> model_config_pb2.ModelConfig:
+    return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+
+
+CONFIGS = {path.parent.name: load(path) for path in CONFIG_FILES}
+ENSEMBLES = [name for name, config in CONFIGS.items() if config.platform == "ensemble"]
+
+
+def test_the_repository_holds_four_steps_and_the_ensemble():
+    assert set(CONFIGS) == {"preprocess", "classifier", "label_and_caption", "captioner", "food11_pipeline"}
+    assert ENSEMBLES == ["food11_pipeline"]
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_config_is_named_after_its_directory(name):
+    assert CONFIGS[name].name == name
+
+
+@pytest.mark.parametrize("name", sorted(STEP_SETTINGS))
+def test_python_steps_have_a_model_file_and_valid_parameters(name):
+    config = CONFIGS[name]
+    assert config.backend == "python"
+    assert (REPOSITORY / name / "1" / "model.py").is_file()
+    parameters = {key: value.string_value for key, value in config.parameters.items()}
+    STEP_SETTINGS[name].from_parameters(parameters)  # raises on an unknown key or a bad value
+
+
+def test_cpu_only_steps_are_pinned_to_the_cpu_and_model_steps_follow_the_hardware():
+    kinds = {name: {group.kind for group in CONFIGS[name].instance_group} for name in STEP_SETTINGS}
+    cpu, auto = model_config_pb2.ModelInstanceGroup.KIND_CPU, model_config_pb2.ModelInstanceGroup.KIND_AUTO
+    assert kinds["preprocess"] == {cpu} and kinds["label_and_caption"] == {cpu}
+    assert kinds["classifier"] == {auto} and kinds["captioner"] == {auto}
+
+
+def test_bls_step_has_several_instances_so_it_never_serialises_the_pipeline():
+    assert sum(group.count for group in CONFIGS["label_and_caption"].instance_group) >= 4
+
+
+def test_batching_steps_batch_dynamically():
+    for name in STEP_SETTINGS:
+        assert CONFIGS[name].HasField("dynamic_batching"), name
+
+
+def tensors(tensor_list) -> dict:
+    return {tensor.name: (tensor.data_type, list(tensor.dims)) for tensor in tensor_list}
+
+
+@pytest.mark.parametrize("ensemble", ENSEMBLES)
+def test_ensemble_wiring_is_consistent(ensemble):
+    config = CONFIGS[ensemble]
+    available = tensors(config.input)  # ensemble tensor name -> (dtype, dims)
+    for step in config.ensemble_scheduling.step:
+        assert step.model_name in CONFIGS, f"unknown model {step.model_name}"
+        model = CONFIGS[step.model_name]
+        assert model.max_batch_size >= config.max_batch_size, f"{step.model_name} batches less than the ensemble"
+        model_inputs, model_outputs = tensors(model.input), tensors(model.output)
+        assert set(step.input_map) == set(model_inputs), f"{step.model_name}: every input fed, no unknown input"
+        for model_input, ensemble_tensor in step.input_map.items():
+            assert ensemble_tensor in available, f"{step.model_name} consumes {ensemble_tensor}, produced by no one"
+            assert available[ensemble_tensor] == model_inputs[model_input], f"{step.model_name}.{model_input}"
+        for model_output, ensemble_tensor in step.output_map.items():
+            assert model_output in model_outputs, f"{step.model_name} has no output {model_output}"
+            assert ensemble_tensor not in available, f"{ensemble_tensor} produced twice"
+            available[ensemble_tensor] = model_outputs[model_output]
+    for name, spec in tensors(config.output).items():
+        assert available.get(name) == spec, f"ensemble output {name} not produced as declared"

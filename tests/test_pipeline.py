@@ -1,0 +1,159 @@
+"""The ensemble end to end, on a real tritonserver started by the test session."""
+
+import asyncio
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from food11_client import AsyncFood11Client, InvalidImageError
+from helpers import encode, gradient, png_header_only
+from pipeline_src.classification import build_prompt
+from pipeline_src.labels import FOOD11_CLASSES
+
+from conftest import FRUIT_PHOTOS
+
+pytestmark = pytest.mark.integration
+TEMPLATE = "a photo of {label},"  # model_repository/label_and_caption/config.pbtxt
+
+
+def test_a_real_photo_gets_a_food11_label_a_probability_and_a_prompted_caption(client, photos):
+    (result,) = client.caption([photos["coffee.png"]])
+    assert result.label in FOOD11_CLASSES
+    assert 0.0 < result.probability <= 1.0
+    assert result.caption_status == "ok"
+    assert result.caption.startswith(build_prompt(TEMPLATE, result.label))
+
+
+@pytest.mark.parametrize("photo", FRUIT_PHOTOS)
+def test_fruit_photos_are_vegetable_fruit(client, photos, photo):
+    (result,) = client.caption([photos[photo]])
+    assert result.label == "Vegetable/Fruit"
+    assert result.caption.startswith("a photo of vegetable/fruit,")
+
+
+def test_one_request_with_three_photos_equals_three_single_requests_in_order(client, photos):
+    names = ["chelsea.jpg", "apple.jpg", "astronaut.webp"]
+    together = client.caption([photos[name] for name in names])
+    one_by_one = [client.caption([photos[name]])[0] for name in names]
+    assert len(together) == 3
+    for batched, single in zip(together, one_by_one):
+        assert batched.label == single.label
+        assert batched.probability == pytest.approx(single.probability, abs=1e-5)
+        assert batched.caption == single.caption
+        assert batched.caption_status == single.caption_status
+
+
+def test_async_client_serves_concurrent_calls(triton, photos, client):
+    expected = client.caption([photos["orange.jpg"]])
+
+    async def many():
+        async with AsyncFood11Client(triton.grpc_url, timeout_s=120) as food11:
+            return await asyncio.gather(*(food11.caption([photos["orange.jpg"]]) for _ in range(4)))
+
+    for results in asyncio.run(many()):
+        assert results == expected
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"", "empty image"),
+    (b"GIF89a but not really", "cannot decode"),
+    (encode(gradient(), "TIFF"), "unsupported image format TIFF"),
+    (png_header_only(8000, 8000), "exceeds the cap of 40000000 pixels"),
+])
+def test_bad_input_gets_invalid_arg_naming_the_step_and_the_server_goes_on(client, photos, data, reason):
+    with pytest.raises(InvalidImageError, match=reason) as caught:
+        client.caption([photos["apple.jpg"], data])
+    assert caught.value.status == "StatusCode.INVALID_ARGUMENT"
+    assert "preprocess: image 2 of 2" in str(caught.value)
+    (result,) = client.caption([photos["apple.jpg"]])
+    assert result.label == "Vegetable/Fruit"
+
+
+def test_truncated_photo_is_invalid_arg(client, photos):
+    data = photos["fruits.jpg"]
+    with pytest.raises(InvalidImageError, match="cannot decode JPEG image"):
+        client.caption([data[: len(data) // 2]])
+
+
+def run_step(raw, model, inputs, outputs):
+    tensors = []
+    for name, (array, dtype) in inputs.items():
+        tensor = grpcclient.InferInput(name, list(array.shape), dtype)
+        tensor.set_data_from_numpy(array)
+        tensors.append(tensor)
+    result = raw.infer(model, tensors, outputs=[grpcclient.InferRequestedOutput(name) for name in outputs])
+    return {name: result.as_numpy(name) for name in outputs}
+
+
+def test_ensemble_equals_the_steps_run_one_by_one(client, triton_grpc, model_repository, photos):
+    image = np.array([[photos["chelsea.jpg"]]], dtype=np.object_)
+    pre = run_step(triton_grpc, "preprocess", {"IMAGE": (image, "BYTES")}, ["CLASSIFIER_PIXELS", "CAPTIONER_PIXELS"])
+    logits = run_step(triton_grpc, "classifier", {"input": (pre["CLASSIFIER_PIXELS"], "FP32")}, ["output"])["output"]
+    onnx = ort.InferenceSession(str(model_repository / "classifier/1/model.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(logits, onnx.run(["output"], {"input": pre["CLASSIFIER_PIXELS"]})[0], atol=1e-5)
+    post = run_step(triton_grpc, "label_and_caption",
+                    {"LOGITS": (logits, "FP32"), "PIXEL_VALUES": (pre["CAPTIONER_PIXELS"], "FP32")},
+                    ["LABEL", "PROBABILITY", "PROBABILITIES", "CAPTION", "CAPTION_STATUS"])
+    assert post["PROBABILITIES"].sum() == pytest.approx(1.0, abs=1e-5)
+    assert post["PROBABILITY"][0, 0] == pytest.approx(post["PROBABILITIES"].max())
+
+    (result,) = client.caption([photos["chelsea.jpg"]])
+    assert result.label == post["LABEL"][0, 0].decode() == FOOD11_CLASSES[int(post["PROBABILITIES"].argmax())]
+    assert result.probability == pytest.approx(float(post["PROBABILITY"][0, 0]), abs=1e-6)
+    assert result.caption == post["CAPTION"][0, 0].decode()
+    assert result.caption_status == post["CAPTION_STATUS"][0, 0].decode()
+
+
+@pytest.fixture
+def reloaded_bls_step(triton_grpc):
+    """Reload label_and_caption with changed parameters; restore the original config afterwards
+    (explicitly: Triton skips reloading a model whose files did not change)."""
+    original = triton_grpc.get_model_config("label_and_caption", as_json=True)["config"]
+
+    def reload(**parameters):
+        config = json.loads(json.dumps(original))
+        for key, value in parameters.items():
+            config["parameters"][key] = {"string_value": str(value)}
+        triton_grpc.load_model("label_and_caption", config=json.dumps(config))
+
+    yield reload
+    triton_grpc.load_model("label_and_caption", config=json.dumps(original))
+
+
+def test_below_the_confidence_threshold_the_caption_has_no_label_prompt(client, photos, reloaded_bls_step):
+    reloaded_bls_step(confidence_threshold=1.0)
+    (result,) = client.caption([photos["apple.jpg"]])
+    assert result.label == "Vegetable/Fruit" and result.probability < 1.0
+    assert result.caption_status == "low_confidence"
+    assert not result.caption.startswith("a photo of")
+
+
+def test_captioner_over_its_timeout_still_gives_label_and_probability(client, photos, reloaded_bls_step):
+    reloaded_bls_step(caption_timeout_ms=1)
+    (result,) = client.caption([photos["orange.jpg"]])
+    assert result.label == "Vegetable/Fruit" and 0 < result.probability <= 1
+    assert result.caption == ""
+    assert result.caption_status == "captioner_timeout: no caption within 1 ms"
+
+
+def test_failing_captioner_still_gives_label_and_probability(client, triton_grpc, photos):
+    triton_grpc.unload_model("captioner")  # a real fault: the BLS call finds no captioner
+    try:
+        (result,) = client.caption([photos["apple.jpg"]])
+    finally:
+        triton_grpc.load_model("captioner")
+    assert result.label == "Vegetable/Fruit" and 0 < result.probability <= 1
+    assert result.caption == ""
+    assert result.caption_status.startswith("captioner_error: ")
+    assert "captioner" in result.caption_status[len("captioner_error: "):]
+    (recovered,) = client.caption([photos["apple.jpg"]])
+    assert recovered.caption_status == "ok"
+
+
+def test_unknown_model_is_reported_not_found(triton_grpc):
+    with pytest.raises(InferenceServerException, match="food11_pipelin"):
+        triton_grpc.get_model_metadata("food11_pipelin")

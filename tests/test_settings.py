@@ -1,0 +1,34 @@
+"""Step settings come from config.pbtxt parameters, typed and checked."""
+
+import pytest
+
+from pipeline_src.settings import (CaptionerSettings, LabelAndCaptionSettings, PreprocessSettings, SettingsError,
+                                   config_parameters)
+
+
+def test_parameters_are_read_from_tritons_json_config():
+    config = {"parameters": {"max_pixels": {"string_value": "1000"}}}
+    assert config_parameters(config) == {"max_pixels": "1000"}
+    assert PreprocessSettings.from_model_config(config).max_pixels == 1000
+
+
+def test_defaults_apply_to_missing_parameters():
+    assert CaptionerSettings.from_parameters({}) == CaptionerSettings()
+
+
+def test_booleans_and_floats_parse():
+    settings = CaptionerSettings.from_parameters({"fp16_on_gpu": "false", "repetition_penalty": "1.3"})
+    assert settings.fp16_on_gpu is False and settings.repetition_penalty == 1.3
+
+
+@pytest.mark.parametrize("cls, parameters, message", [
+    (PreprocessSettings, {"max_pixel": "5"}, "unknown parameter"),
+    (PreprocessSettings, {"max_pixels": "many"}, "is not a int"),
+    (PreprocessSettings, {"max_pixels": "0"}, "must be positive"),
+    (LabelAndCaptionSettings, {"prompt_template": "a photo"}, r"must contain \{label\}"),
+    (LabelAndCaptionSettings, {"confidence_threshold": "1.5"}, r"must lie in \[0, 1\]"),
+    (CaptionerSettings, {"fp16_on_gpu": "maybe"}, "is not a bool"),
+])
+def test_bad_parameters_are_refused_with_the_reason(cls, parameters, message):
+    with pytest.raises(SettingsError, match=message):
+        cls.from_parameters(parameters)
