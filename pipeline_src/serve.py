@@ -1,11 +1,19 @@
-"""Run tritonserver in the foreground until Ctrl-C or SIGTERM: ``python scripts/start_triton.py``."""
+"""Run the servers in the foreground until Ctrl-C or SIGTERM: ``python scripts/serve.py``.
+
+Triton first (waiting until it is ready), then the FastAPI front pointed at it; stopped in reverse.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import subprocess
 import sys
 import threading
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from pipeline_src.launcher import PROJECT_ROOT, Ports, TritonServer, TritonStartError
@@ -22,8 +30,44 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--log-file", type=Path, default=PROJECT_ROOT / "logs" / "tritonserver.log")
     parser.add_argument("--tritonserver", type=Path, help="use this tritonserver binary instead of the wheel's")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
+    parser.add_argument("--no-api", action="store_true", help="start Triton only")
+    parser.add_argument("--api-host", default=os.environ.get("FOOD11_API_HOST", "127.0.0.1"),
+                        help="API bind address (default: %(default)s; FOOD11_API_HOST)")
+    parser.add_argument("--api-port", type=int, default=int(os.environ.get("FOOD11_API_PORT", "8080")),
+                        help="API port (default: %(default)s; FOOD11_API_PORT)")
     parser.add_argument("extra", nargs="*", help="more tritonserver flags, after --")
     return parser.parse_args(argv)
+
+
+class ApiProcess:
+    """``python -m food11_api`` as a child process, configured through FOOD11_API_* variables."""
+
+    def __init__(self, host: str, port: int, triton_grpc_url: str):
+        self.url = f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{port}"
+        env = dict(os.environ, FOOD11_API_HOST=host, FOOD11_API_PORT=str(port), FOOD11_API_TRITON_URL=triton_grpc_url)
+        self.process = subprocess.Popen([sys.executable, "-m", "food11_api"], env=env)
+
+    def wait_until_alive(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the API exited with code {self.process.returncode}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2):
+                    return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.2)
+        raise RuntimeError(f"the API did not answer on {self.url} within {timeout_s:.0f} s")
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
 
 
 def main(argv=None) -> None:
@@ -39,14 +83,29 @@ def main(argv=None) -> None:
     except TritonStartError as exc:
         print(exc, file=sys.stderr)
         sys.exit(1)
-    print(f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics :{args.metrics_port}. "
-          "Ctrl-C stops it.", flush=True)
-    while not stop.wait(1.0):
-        if server.process.poll() is not None:
-            print(f"tritonserver exited with code {server.process.returncode}:\n{server.log_tail()}", file=sys.stderr)
+    print(f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics :{args.metrics_port}", flush=True)
+    api = None
+    if not args.no_api:
+        api = ApiProcess(args.api_host, args.api_port, server.grpc_url)
+        try:
+            api.wait_until_alive()
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            api.stop()
+            server.stop()
             sys.exit(1)
-    print("stopping tritonserver ...", flush=True)
-    sys.exit(0 if server.stop() == 0 else 1)
+        print(f"API ready: {api.url} (Swagger: {api.url}/docs, photo page: {api.url}/)", flush=True)
+    print("Ctrl-C stops everything.", flush=True)
+    failed = False
+    while not stop.wait(1.0):
+        if server.process.poll() is not None or (api and api.process.poll() is not None):
+            print(f"a server exited; tritonserver log tail:\n{server.log_tail()}", file=sys.stderr)
+            failed = True
+            break
+    print("stopping ...", flush=True)
+    api_code = api.stop() if api else 0
+    triton_code = server.stop()
+    sys.exit(1 if failed or api_code or triton_code else 0)
 
 
 if __name__ == "__main__":

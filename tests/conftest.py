@@ -3,8 +3,9 @@ tritonserver serving it on free ports for the whole test session."""
 
 from __future__ import annotations
 
-import shutil
-import socket
+import contextlib
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import skimage.data
 from PIL import Image
 
 from helpers import encode
-from pipeline_src.launcher import PROJECT_ROOT, Ports, TritonServer
+from pipeline_src.launcher import TritonServer, free_port, free_ports
 
 PHOTOS_DIR = Path(__file__).parent / "photos"
 FRUIT_PHOTOS = ("apple.jpg", "orange.jpg", "fruits.jpg")
@@ -32,23 +33,9 @@ def photos() -> dict[str, bytes]:
 def model_repository(tmp_path_factory) -> Path:
     """A copy of model_repository/ (configs and model.py files) with its model files built by the
     project's own build command: the offline-default classifier and the tiny BLIP stand-in."""
-    from pipeline_src.model_build.cli import main as build_models
+    from pipeline_src.model_build.cli import build_repository_copy
 
-    repository = tmp_path_factory.mktemp("repo") / "model_repository"
-    shutil.copytree(PROJECT_ROOT / "model_repository", repository,
-                    ignore=shutil.ignore_patterns("model.onnx", "blip", "__pycache__"))
-    build_models(["--repository", str(repository), "--blip-standin", "tiny"])
-    return repository
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def free_ports() -> Ports:
-    return Ports(http=free_port(), grpc=free_port(), metrics=free_port())
+    return build_repository_copy(tmp_path_factory.mktemp("repo") / "model_repository", blip_standin="tiny")
 
 
 @pytest.fixture(scope="session")
@@ -79,3 +66,50 @@ def triton_grpc(triton):
     raw = grpcclient.InferenceServerClient(triton.grpc_url)
     yield raw
     raw.close()
+
+
+class UvicornThread:
+    """A real uvicorn server on a free localhost port, in a thread of the test process."""
+
+    def __init__(self, app):
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "UvicornThread":
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def api_factory(triton):
+    """Start the FastAPI app (real uvicorn, real sockets) with settings of the test's choosing,
+    pointed by default at the session's tritonserver."""
+    from food11_api.app import create_app
+    from food11_api.settings import ApiSettings
+
+    stack = contextlib.ExitStack()
+
+    def start(dependency_overrides=None, **settings):
+        app = create_app(ApiSettings(**{"triton_url": triton.grpc_url, **settings}))
+        app.dependency_overrides.update(dependency_overrides or {})
+        return stack.enter_context(UvicornThread(app))
+
+    with stack:
+        yield start
+
+
+@pytest.fixture(scope="session")
+def api(api_factory):
+    return api_factory(max_upload_bytes=2 * 1024 * 1024)

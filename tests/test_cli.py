@@ -5,8 +5,7 @@ import json
 import pytest
 
 from food11_client import cli
-
-from conftest import free_port
+from pipeline_src.launcher import free_port
 
 pytestmark = pytest.mark.integration
 

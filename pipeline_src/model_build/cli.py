@@ -68,12 +68,26 @@ def build_captioner(args: argparse.Namespace) -> None:
               "its captions are MEANINGLESS (use --blip for a real model)")
 
 
-def main(argv=None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    args = parse_args(argv)
+def build(args: argparse.Namespace) -> None:
     build_classifier(args)
     build_captioner(args)
 
 
+def main(argv=None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    build(parse_args(argv))
+
+
 if __name__ == "__main__":
     main()
+
+
+def build_repository_copy(destination: Path, blip_standin: str = "tiny") -> Path:
+    """A copy of this project's model_repository/ (configs, model.py files) at ``destination`` with its
+    model files built: the offline-default classifier and a BLIP stand-in. For tests and benchmarks."""
+    import shutil
+
+    shutil.copytree(PROJECT_ROOT / "model_repository", destination,
+                    ignore=shutil.ignore_patterns("model.onnx", "blip", "__pycache__"))
+    build(parse_args(["--repository", str(destination), "--blip-standin", blip_standin]))
+    return destination

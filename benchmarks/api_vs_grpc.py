@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Throughput and latency through the FastAPI front versus straight gRPC to the ensemble.
+
+Starts its own tritonserver (on a repository built with the chosen BLIP stand-in, or --repository) and
+the API as a separate process, as in production; then, for each concurrency level, sends the same
+photos both ways in alternating rounds, so drift affects both paths alike. Writes JSON and Markdown
+to benchmarks/results/. Not a test: nothing here asserts, the figures are for reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import skimage.data
+from PIL import Image
+
+from food11_client import AsyncFood11Client
+from pipeline_src.launcher import PROJECT_ROOT, TritonServer, free_port, free_ports
+from pipeline_src.model_build.cli import build_repository_copy
+from pipeline_src.serve import ApiProcess
+
+RESULTS = PROJECT_ROOT / "benchmarks" / "results"
+
+
+def load_photos() -> list[bytes]:
+    import io
+
+    photos = [(PROJECT_ROOT / "tests" / "photos" / name).read_bytes() for name in ("apple.jpg", "orange.jpg", "fruits.jpg")]
+    for name in ("coffee", "chelsea", "astronaut"):
+        buffer = io.BytesIO()
+        Image.fromarray(getattr(skimage.data, name)()).save(buffer, "JPEG", quality=90)
+        photos.append(buffer.getvalue())
+    return photos
+
+
+async def run_load(call, photos: list[bytes], concurrency: int, total: int) -> tuple[list[float], list[dict], float]:
+    """``total`` calls by ``concurrency`` workers: per-call latencies (s), per-call Server-Timing
+    durations (ms, API path only), and the wall time (s)."""
+    latencies: list[float] = []
+    timings: list[dict] = []
+    counter = iter(range(total))
+
+    async def worker():
+        for index in counter:
+            started = time.perf_counter()
+            timing = await call(photos[index % len(photos)])
+            latencies.append(time.perf_counter() - started)
+            if timing is not None:
+                timings.append({**timing, "latency": latencies[-1] * 1000})
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, timings, time.perf_counter() - started
+
+
+def percentiles(values, prefix: str) -> dict:
+    return {f"{prefix}_p50_ms": float(np.percentile(values, 50)), f"{prefix}_p95_ms": float(np.percentile(values, 95))}
+
+
+def summary(latencies: list[float], timings: list[dict], wall_s: float) -> dict:
+    figures = {"requests": len(latencies), "rps": len(latencies) / wall_s,
+               **percentiles(np.array(latencies) * 1000, "latency")}
+    if timings:
+        app, triton, latency = (np.array([t[key] for t in timings]) for key in ("app", "triton", "latency"))
+        figures |= percentiles(latency - triton, "api_added")  # everything the HTTP hop costs
+        figures |= percentiles(app - triton, "api_server")  # of which: inside the API process
+    return figures
+
+
+def server_timing(header: str) -> dict:
+    """``triton;dur=12.34, app;dur=13.01`` -> {"triton": 12.34, "app": 13.01}."""
+    return {name: float(duration) for name, duration in (item.split(";dur=") for item in header.split(", "))}
+
+
+async def benchmark(grpc_url: str, api_url: str, levels: list[int], per_round: int, rounds: int) -> list[dict]:
+    photos = load_photos()
+    rows = []
+    async with AsyncFood11Client(grpc_url, timeout_s=300) as grpc_client, \
+            httpx.AsyncClient(base_url=api_url, timeout=300, limits=httpx.Limits(max_connections=max(levels))) as http:
+
+        async def direct(photo: bytes):
+            await grpc_client.caption([photo])
+
+        async def through_api(photo: bytes) -> float:
+            response = await http.post("/caption", files={"photo": ("photo.jpg", photo, "image/jpeg")})
+            response.raise_for_status()
+            return server_timing(response.headers["server-timing"])
+
+        paths = {"grpc": direct, "api": through_api}
+        for call in paths.values():  # warm-up: connections, lazy initialisation in every step
+            await run_load(call, photos, 4, 12)
+        for concurrency in levels:
+            samples = {name: ([], [], 0.0) for name in paths}
+            for round_index in range(rounds):
+                order = list(paths) if round_index % 2 == 0 else list(reversed(paths))
+                for name in order:
+                    latencies, added, wall = await run_load(paths[name], photos, concurrency, per_round)
+                    previous = samples[name]
+                    samples[name] = (previous[0] + latencies, previous[1] + added, previous[2] + wall)
+            grpc, api = summary(*samples["grpc"]), summary(*samples["api"])
+            row = {"concurrency": concurrency, "grpc": grpc, "api": api,
+                   "api_over_grpc_throughput": api["rps"] / grpc["rps"],
+                   "p50_difference_ms": api["latency_p50_ms"] - grpc["latency_p50_ms"]}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        f"# API vs direct gRPC ({result['blip']}; {result['machine']})", "",
+        f"{result['requests_per_path_and_level']} requests per path and level, same {result['photos']} photos, "
+        f"rounds alternating between paths. Command: `{result['command']}`", "",
+        "| concurrency | gRPC req/s | API req/s | API/gRPC throughput | gRPC p50 / p95 ms | API p50 / p95 ms "
+        "| p50 difference ms | API hop p50 / p95 ms | of which API server p50 / p95 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in result["rows"]:
+        grpc, api = row["grpc"], row["api"]
+        lines.append(
+            f"| {row['concurrency']} | {grpc['rps']:.1f} | {api['rps']:.1f} | {row['api_over_grpc_throughput']:.3f} "
+            f"| {grpc['latency_p50_ms']:.1f} / {grpc['latency_p95_ms']:.1f} "
+            f"| {api['latency_p50_ms']:.1f} / {api['latency_p95_ms']:.1f} | {row['p50_difference_ms']:+.1f} "
+            f"| {api['api_added_p50_ms']:.2f} / {api['api_added_p95_ms']:.2f} "
+            f"| {api['api_server_p50_ms']:.2f} / {api['api_server_p95_ms']:.2f} |")
+    lines += ["", "API hop: a request's latency through the API less the time the API waited on Triton (its "
+              "Server-Timing `triton`): HTTP client, network, uvicorn, multipart parsing, FastAPI. Of which API "
+              "server: Server-Timing `app` less `triton`, the time spent inside the API process. The p50 "
+              "difference between the two paths also carries the dynamic batcher's queueing noise."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--blip-standin", choices=("tiny", "base"), default="tiny",
+                        help="BLIP stand-in of the repository built for the run (default: %(default)s)")
+    parser.add_argument("--repository", type=Path, help="use this built repository instead of building one")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
+    parser.add_argument("--requests", type=int, default=96, help="requests per path, level and round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--name", default="api_vs_grpc", help="results file name, without extension")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        repository = args.repository or build_repository_copy(Path(scratch) / "model_repository", args.blip_standin)
+        with TritonServer(repository, Path(scratch) / "triton", free_ports()) as triton:
+            api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
+            try:
+                api.wait_until_alive()
+                rows = asyncio.run(benchmark(triton.grpc_url, api.url, args.concurrency, args.requests, args.rounds))
+            finally:
+                api.stop()
+
+    result = {
+        "blip": f"BLIP stand-in {args.blip_standin}" if not args.repository else f"repository {args.repository}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU" if not Path("/dev/nvidia0").exists()
+                   else f"{platform.machine()}, {os.cpu_count()} CPUs, GPU",
+        "photos": 6,
+        "requests_per_path_and_level": args.requests * args.rounds,
+        "command": " ".join(["python", "benchmarks/api_vs_grpc.py", *sys.argv[1:]]),
+        "rows": rows,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{args.name}.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""The API: ``create_app(settings)``; ``python -m food11_api`` serves it with uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import asynccontextmanager
+from importlib.resources import files
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, File, Request, Response, UploadFile
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from food11_api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, ServerTimingMiddleware
+from food11_api.schemas import CaptionResponse, ErrorResponse, Health, PredictRequest, PredictResponse
+from food11_api.settings import ApiSettings
+from food11_client import (AsyncFood11Client, CaptionResult, DeadlineExceededError, InvalidImageError,
+                           PipelineError, ServerUnavailableError)
+
+log = logging.getLogger("food11_api")
+
+ERROR_RESPONSES = {
+    400: {"model": ErrorResponse, "description": "the photo is empty, undecodable, unsupported or too large in pixels"},
+    413: {"model": ErrorResponse, "description": "the request body is over the upload limit"},
+    422: {"description": "malformed request body"},
+    500: {"model": ErrorResponse, "description": "unexpected failure; the request id is in the log"},
+    503: {"model": ErrorResponse, "description": "Triton is unreachable or the ensemble is not loaded"},
+    504: {"model": ErrorResponse, "description": "the pipeline did not answer within the deadline"},
+}
+STATUS_BY_ERROR = {InvalidImageError: 400, ServerUnavailableError: 503, DeadlineExceededError: 504}
+INDEX_HTML = files("food11_api").joinpath("index.html").read_text(encoding="utf-8")
+
+
+def get_client(request: Request) -> AsyncFood11Client:
+    return request.app.state.client
+
+
+Client = Annotated[AsyncFood11Client, Depends(get_client)]
+
+
+def error_body(request: Request, status: int, detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail, "request_id": request.state.request_id}, status_code=status)
+
+
+async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
+    status = next((code for kind, code in STATUS_BY_ERROR.items() if isinstance(exc, kind)), 500)
+    log_call = log.warning if status < 500 else log.error
+    log_call("request %s: %s %s -> %d: %s", request.state.request_id, request.method, request.url.path, status, exc)
+    return error_body(request, status, str(exc))
+
+
+async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("request %s: %s %s -> 500", request.state.request_id, request.method, request.url.path)
+    return error_body(request, 500, f"internal error (request id {request.state.request_id})")
+
+
+def create_app(settings: ApiSettings | None = None) -> FastAPI:
+    settings = settings or ApiSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        # One asyncio gRPC channel for the whole process, opened at start-up, closed at shutdown.
+        app.state.client = AsyncFood11Client(settings.triton_url, settings.model_name, timeout_s=settings.deadline_s)
+        yield
+        await app.state.client.close()
+
+    app = FastAPI(
+        title="Food-11 captioning",
+        description="Upload a food photo: its Food-11 label, the label's probability, and a BLIP caption "
+                    "conditioned on the label. All model work runs in Triton.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.add_exception_handler(PipelineError, pipeline_error)
+    app.add_exception_handler(Exception, unexpected_error)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_upload_bytes)
+    app.add_middleware(ServerTimingMiddleware)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every response, 413 included, carries the id
+
+    async def caption_one(client: AsyncFood11Client, image: bytes, response: Response) -> CaptionResult:
+        started = time.perf_counter()
+        (result,) = await client.caption([image])
+        # Server-Timing: the time spent waiting on Triton, so callers can tell pipeline from API time.
+        response.headers["Server-Timing"] = f"triton;dur={(time.perf_counter() - started) * 1000:.2f}"
+        return result
+
+    @app.post("/caption", response_model=CaptionResponse, responses=ERROR_RESPONSES, tags=["caption"],
+              summary="Caption an uploaded photo")
+    async def caption(photo: Annotated[UploadFile, File(description="JPEG, PNG, WebP, BMP or GIF")],
+                      client: Client, response: Response) -> CaptionResponse:
+        started = time.perf_counter()
+        result = await caption_one(client, await photo.read(), response)
+        return CaptionResponse(**result.to_dict(), elapsed_ms=(time.perf_counter() - started) * 1000)
+
+    @app.post("/predict", response_model=PredictResponse, responses=ERROR_RESPONSES, tags=["caption"],
+              summary="Caption a base64-encoded photo (the course's JSON endpoint)")
+    async def predict(body: PredictRequest, client: Client, response: Response) -> PredictResponse:
+        result = await caption_one(client, body.image, response)
+        return PredictResponse(prediction=result.label, probability=result.probability, caption=result.caption,
+                               caption_status=result.caption_status)
+
+    @app.get("/healthz", response_model=Health, tags=["health"], summary="The API process is alive")
+    async def healthz() -> Health:
+        return Health(status="ok")
+
+    @app.get("/readyz", response_model=Health, responses={503: ERROR_RESPONSES[503]}, tags=["health"],
+             summary="Triton is up and the ensemble is ready")
+    async def readyz(request: Request, client: Client):
+        if await client.is_ready():
+            return Health(status="ok")
+        return error_body(request, 503, f"ensemble {settings.model_name} not ready at {settings.triton_url}")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> str:
+        return INDEX_HTML
+
+    return app

@@ -1,0 +1,105 @@
+"""Pure ASGI middlewares: a request id on every request, and a cap on request bodies."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+REQUEST_ID_HEADER = b"x-request-id"
+
+
+def _request_id(scope) -> str:
+    return scope.setdefault("state", {}).get("request_id", "")
+
+
+async def _send_error(send, status: int, detail: str, request_id: str) -> None:
+    body = json.dumps({"detail": detail, "request_id": request_id}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        (REQUEST_ID_HEADER, request_id.encode()), (b"connection", b"close"),
+    ]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestIdMiddleware:
+    """Takes the caller's X-Request-ID (or makes one), puts it in ``request.state`` and the response."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(REQUEST_ID_HEADER, b"").decode("latin-1")
+        request_id = given if given and len(given) <= 128 else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", []).append((REQUEST_ID_HEADER, request_id.encode()))
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+class BodySizeLimitMiddleware:
+    """413 for bodies over ``max_bytes``: at once from Content-Length, without reading the body;
+    for chunked bodies, as soon as the bytes received pass the limit."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        too_large = f"request body over the {self.max_bytes}-byte upload limit"
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await _send_error(send, 413, too_large, _request_id(scope))
+        if length is not None:  # the server stops reading at Content-Length
+            return await self.app(scope, receive, send)
+        # Chunked: buffer up to the limit, then replay to the app.
+        messages, received = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                return await _send_error(send, 413, too_large, _request_id(scope))
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+
+        async def replay():
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+
+class ServerTimingMiddleware:
+    """Adds ``app;dur=<ms>`` (request received to response started) to the Server-Timing header, beside
+    the ``triton;dur=`` the endpoints set: together they split a request's time into pipeline, API and
+    network."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+
+        async def send_with_timing(message):
+            if message["type"] == "http.response.start":
+                app_timing = f"app;dur={(time.perf_counter() - started) * 1000:.2f}".encode()
+                headers = message.setdefault("headers", [])
+                for index, (name, value) in enumerate(headers):
+                    if name.lower() == b"server-timing":
+                        headers[index] = (name, value + b", " + app_timing)
+                        break
+                else:
+                    headers.append((b"server-timing", app_timing))
+            await send(message)
+
+        await self.app(scope, receive, send_with_timing)

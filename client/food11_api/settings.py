@@ -1,0 +1,17 @@
+"""The API's settings, from environment variables (``FOOD11_API_*``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ApiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FOOD11_API_")
+
+    triton_url: str = Field("127.0.0.1:8001", description="Triton's gRPC address")
+    model_name: str = Field("food11_pipeline", description="the ensemble to call")
+    deadline_s: float = Field(60.0, gt=0, description="per-request deadline of the Triton call, seconds")
+    max_upload_bytes: int = Field(10 * 1024 * 1024, gt=0, description="larger request bodies get 413")
+    host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 to serve other machines")
+    port: int = Field(8080, description="bind port")

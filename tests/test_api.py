@@ -1,0 +1,153 @@
+"""The FastAPI front over real sockets (uvicorn) against the session's real tritonserver."""
+
+import base64
+import logging
+import socket
+
+import httpx
+import pytest
+
+from food11_api.app import get_client
+from helpers import encode, gradient
+from pipeline_src.launcher import TritonServer, free_ports
+
+pytestmark = pytest.mark.integration
+
+
+def post_photo(base_url, data, filename="photo.jpg", **kwargs):
+    return httpx.post(f"{base_url}/caption", files={"photo": (filename, data, "image/jpeg")}, timeout=120, **kwargs)
+
+
+def test_caption_upload_returns_label_probability_caption_and_time(api, photos):
+    response = post_photo(api.url, photos["apple.jpg"])
+    assert response.status_code == 200
+    body = response.json()
+    assert body["label"] == "Vegetable/Fruit"
+    assert 0 < body["probability"] <= 1
+    assert body["caption"].startswith("a photo of vegetable/fruit,")
+    assert body["caption_status"] == "ok"
+    assert body["elapsed_ms"] > 0
+    assert response.headers["x-request-id"]
+    timings = dict(item.split(";dur=") for item in response.headers["server-timing"].split(", "))
+    assert 0 < float(timings["triton"]) <= body["elapsed_ms"] <= float(timings["app"])
+
+
+def test_caller_request_id_is_echoed(api, photos):
+    response = post_photo(api.url, photos["apple.jpg"], headers={"X-Request-ID": "trace-me-42"})
+    assert response.headers["x-request-id"] == "trace-me-42"
+
+
+def test_predict_takes_the_courses_base64_json(api, photos, client):
+    response = httpx.post(f"{api.url}/predict", json={"image": base64.b64encode(photos["orange.jpg"]).decode()},
+                          timeout=120)
+    assert response.status_code == 200
+    (direct,) = client.caption([photos["orange.jpg"]])
+    assert response.json() == {"prediction": direct.label, "probability": pytest.approx(direct.probability),
+                               "caption": direct.caption, "caption_status": direct.caption_status}
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"", "empty image"),
+    (b"definitely not a photo", "cannot decode"),
+    (encode(gradient(), "TIFF"), "unsupported image format TIFF"),
+])
+def test_bad_photo_is_400_with_the_pipelines_message_and_the_next_one_works(api, photos, data, reason):
+    response = post_photo(api.url, data)
+    assert response.status_code == 400
+    body = response.json()
+    assert reason in body["detail"] and "preprocess" in body["detail"]
+    assert body["request_id"] == response.headers["x-request-id"]
+    assert post_photo(api.url, photos["apple.jpg"]).status_code == 200
+
+
+@pytest.mark.parametrize("request_kwargs", [
+    {"json": {"image": "%%% not base64 %%%"}},
+    {"json": {"picture": "aGVsbG8="}},
+    {"content": b"{not json", "headers": {"content-type": "application/json"}},
+])
+def test_malformed_predict_body_is_422(api, request_kwargs):
+    assert httpx.post(f"{api.url}/predict", timeout=30, **request_kwargs).status_code == 422
+
+
+def test_caption_without_a_file_is_422(api):
+    assert httpx.post(f"{api.url}/caption", data={"other": "x"}, timeout=30).status_code == 422
+
+
+def test_body_over_the_limit_is_413_before_it_is_sent(api):
+    """Headers announce 100 MB; the API answers 413 without waiting for (or reading) the body."""
+    with socket.create_connection(("127.0.0.1", api.port), timeout=30) as connection:
+        connection.sendall(b"POST /caption HTTP/1.1\r\nHost: test\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+                           b"Content-Length: 100000000\r\n\r\n--x\r\n")
+        reply = connection.recv(65536).decode("latin-1")
+    assert reply.startswith("HTTP/1.1 413")
+    assert "upload limit" in reply
+
+
+def test_chunked_body_over_the_limit_is_413(api):
+    def chunks():
+        for _ in range(40):
+            yield b"\0" * 100_000  # 4 MB against a 2 MB limit, no Content-Length
+
+    response = httpx.post(f"{api.url}/caption", content=chunks(), timeout=30,
+                          headers={"content-type": "multipart/form-data; boundary=x"})
+    assert response.status_code == 413
+
+
+def test_health_and_readiness(api):
+    assert httpx.get(f"{api.url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{api.url}/readyz", timeout=30).status_code == 200
+
+
+def test_ensemble_not_loaded_then_triton_stopped_are_503(api_factory, model_repository, tmp_path, photos):
+    """A second, real tritonserver with no model loaded; then stopped, as when Triton goes down."""
+    empty = TritonServer(model_repository, tmp_path / "triton", free_ports(), extra_args=("--model-control-mode=explicit",))
+    with empty:
+        api = api_factory(triton_url=empty.grpc_url, deadline_s=60)
+        response = post_photo(api.url, photos["apple.jpg"])
+        assert response.status_code == 503 and "food11_pipeline" in response.json()["detail"]
+        assert httpx.get(f"{api.url}/readyz", timeout=60).status_code == 503
+    response = post_photo(api.url, photos["apple.jpg"])  # the server is gone now
+    assert response.status_code == 503
+    assert response.json()["request_id"] == response.headers["x-request-id"]
+    assert httpx.get(f"{api.url}/readyz", timeout=60).status_code == 503
+    assert httpx.get(f"{api.url}/healthz").status_code == 200  # the API itself lives on
+
+
+def test_deadline_passed_is_504(api_factory, photos):
+    hurried = api_factory(deadline_s=0.001)
+    response = post_photo(hurried.url, photos["apple.jpg"])
+    assert response.status_code == 504
+    assert "request_id" in response.json()
+
+
+class BrokenClient:
+    async def caption(self, images, timeout_s=None):
+        raise RuntimeError("simulated defect inside the API")
+
+
+def test_unexpected_failure_is_500_with_a_request_id_that_is_in_the_log(api_factory, photos, caplog):
+    # Mocked: a defect in the API's own code cannot be produced against a healthy server.
+    broken = api_factory(dependency_overrides={get_client: lambda: BrokenClient()})
+    with caplog.at_level(logging.ERROR, logger="food11_api"):
+        response = post_photo(broken.url, photos["apple.jpg"])
+    assert response.status_code == 500
+    request_id = response.json()["request_id"]
+    assert request_id and request_id in caplog.text
+    assert "simulated defect" not in response.json()["detail"]  # internals stay in the log
+
+
+def test_openapi_documents_the_upload_the_examples_and_the_errors(api):
+    spec = httpx.get(f"{api.url}/openapi.json").json()
+    caption = spec["paths"]["/caption"]["post"]
+    assert "multipart/form-data" in caption["requestBody"]["content"]
+    assert {"200", "400", "413", "422", "500", "503", "504"} <= set(caption["responses"])
+    schemas = spec["components"]["schemas"]
+    assert schemas["CaptionResponse"]["properties"]["label"]["examples"] == ["Vegetable/Fruit"]
+    assert set(spec["paths"]) >= {"/caption", "/predict", "/healthz", "/readyz"}
+
+
+def test_swagger_and_the_photo_page_are_served(api):
+    assert "swagger-ui" in httpx.get(f"{api.url}/docs").text
+    page = httpx.get(f"{api.url}/")
+    assert page.headers["content-type"].startswith("text/html")
+    assert 'type="file"' in page.text

@@ -1,0 +1,58 @@
+"""scripts/serve.py: Triton (and the API) ready on the ports asked for, clean stop on SIGTERM/SIGINT."""
+
+import contextlib
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from pipeline_src.launcher import PROJECT_ROOT, free_port, free_ports
+
+pytestmark = pytest.mark.integration
+
+
+@contextlib.contextmanager
+def serving(model_repository, tmp_path, *extra):
+    """scripts/serve.py running until it says it is ready; killed afterwards if a test left it running."""
+    ports = free_ports()
+    command = [sys.executable, str(PROJECT_ROOT / "scripts" / "serve.py"), "--model-repository", str(model_repository),
+               "--http-port", str(ports.http), "--grpc-port", str(ports.grpc), "--metrics-port", str(ports.metrics),
+               "--work-dir", str(tmp_path / "work"), "--log-file", str(tmp_path / "server.log"), *extra]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in process.stdout:
+            if "Ctrl-C stops everything" in line or "error" in line.lower() or "exited" in line:
+                break
+        assert "Ctrl-C stops everything" in line, line
+        yield ports, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def get_status(url):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.status
+
+
+def test_triton_alone_starts_and_stops_cleanly_on_sigterm(model_repository, tmp_path):
+    with serving(model_repository, tmp_path, "--no-api") as (ports, process):
+        assert get_status(f"http://127.0.0.1:{ports.http}/v2/models/food11_pipeline/ready") == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+    assert "successfully unloaded 'food11_pipeline'" in (tmp_path / "server.log").read_text()
+    with pytest.raises(OSError):  # nothing listens any more
+        get_status(f"http://127.0.0.1:{ports.http}/v2/health/live")
+
+
+def test_triton_and_api_start_and_stop_together_on_ctrl_c(model_repository, tmp_path):
+    api_port = free_port()
+    with serving(model_repository, tmp_path, "--api-port", str(api_port)) as (ports, process):
+        assert get_status(f"http://127.0.0.1:{api_port}/readyz") == 200
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=120) == 0
+    for url in (f"http://127.0.0.1:{api_port}/healthz", f"http://127.0.0.1:{ports.http}/v2/health/live"):
+        with pytest.raises(OSError):
+            get_status(url)
