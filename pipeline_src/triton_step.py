@@ -50,6 +50,11 @@ def bytes_tensor(name: str, values: list[str]) -> pb_utils.Tensor:
     return pb_utils.Tensor(name, np.array([value.encode("utf-8") for value in values], dtype=np.object_).reshape(-1, 1))
 
 
+def stack_requests(arrays: list) -> tuple[np.ndarray, list[int]]:
+    """The requests' arrays as one batch (no copy for a single request), and each request's row count."""
+    return (arrays[0] if len(arrays) == 1 else np.concatenate(arrays)), [len(array) for array in arrays]
+
+
 def split_rows(batch, sizes: list[int]) -> list:
     """Undo the stacking of requests: the rows of ``batch`` back to each request, in order."""
     return np.split(batch, np.cumsum(sizes)[:-1])

@@ -5,7 +5,7 @@ import triton_python_backend_utils as pb_utils
 
 from pipeline_src.captioning import BlipCaptioner, standin_info
 from pipeline_src.settings import CaptionerSettings
-from pipeline_src.triton_step import StepContext, bytes_tensor, input_array, split_rows
+from pipeline_src.triton_step import StepContext, bytes_tensor, input_array, split_rows, stack_requests
 
 
 class TritonPythonModel:
@@ -29,13 +29,13 @@ class TritonPythonModel:
         )
 
     def execute(self, requests):
-        pixels = [input_array(request, "PIXEL_VALUES") for request in requests]
+        pixels, sizes = stack_requests([input_array(request, "PIXEL_VALUES") for request in requests])
         prompts = [p.decode("utf-8") for request in requests for p in input_array(request, "PROMPT").reshape(-1)]
         try:
-            captions = self.captioner.caption(np.concatenate(pixels) if len(pixels) > 1 else pixels[0], prompts)
+            captions = self.captioner.caption(pixels, prompts)
         except Exception as exc:  # a generation failure fails this batch, reported per request
             return self.step.internal_errors(requests, exc)
         return [
             pb_utils.InferenceResponse(output_tensors=[bytes_tensor("CAPTION", list(rows))])
-            for rows in split_rows(np.array(captions, dtype=object), [len(batch) for batch in pixels])
+            for rows in split_rows(np.array(captions, dtype=object), sizes)
         ]

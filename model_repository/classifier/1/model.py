@@ -1,11 +1,10 @@
 """Step 2, the Food-11 classifier: all requests of an execute stacked into one ONNX Runtime run."""
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from pipeline_src.classifier import OnnxClassifier
 from pipeline_src.settings import ClassifierSettings
-from pipeline_src.triton_step import StepContext, input_array, split_rows
+from pipeline_src.triton_step import StepContext, input_array, split_rows, stack_requests
 
 
 class TritonPythonModel:
@@ -21,12 +20,12 @@ class TritonPythonModel:
         self.step.logger.log_info(f"{self.step.name}: ONNX Runtime providers {self.classifier.providers}")
 
     def execute(self, requests):
-        batches = [input_array(request, "input") for request in requests]
+        batch, sizes = stack_requests([input_array(request, "input") for request in requests])
         try:
-            logits = self.classifier.logits(np.concatenate(batches) if len(batches) > 1 else batches[0])
+            logits = self.classifier.logits(batch)
         except Exception as exc:  # an ONNX Runtime failure fails this batch, reported per request
             return self.step.internal_errors(requests, exc)
         return [
             pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("output", rows)])
-            for rows in split_rows(logits, [len(batch) for batch in batches])
+            for rows in split_rows(logits, sizes)
         ]
