@@ -146,8 +146,11 @@ def test_openapi_documents_the_upload_the_examples_and_the_errors(api):
     assert set(spec["paths"]) >= {"/caption", "/predict", "/healthz", "/readyz"}
 
 
-def test_swagger_and_the_photo_page_are_served(api):
-    assert "swagger-ui" in httpx.get(f"{api.url}/docs").text
+def test_swagger_and_the_photo_page_are_served_without_any_cdn(api):
+    docs = httpx.get(f"{api.url}/docs").text
+    assert "/swagger-ui/swagger-ui-bundle.js" in docs and "https://" not in docs
+    bundle = httpx.get(f"{api.url}/swagger-ui/swagger-ui-bundle.js")
+    assert bundle.status_code == 200 and "SwaggerUIBundle" in bundle.text
     page = httpx.get(f"{api.url}/")
     assert page.headers["content-type"].startswith("text/html")
     assert 'type="file"' in page.text

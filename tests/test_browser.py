@@ -60,3 +60,23 @@ def test_the_page_shows_the_error_for_a_bad_photo(browser, api, tmp_path):
     shown = caption_on_page(browser, api.url, bad)
     assert shown["result-error"].startswith("Error 400:")
     assert "cannot decode" in shown["result-error"]
+
+
+def test_a_person_captions_a_photo_from_swagger(browser, api):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 120)
+    browser.get(f"{api.url}/docs")
+    operation = "#operations-caption-caption_caption_post"
+    wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, operation))
+    browser.find_element(By.CSS_SELECTOR, f"{operation} .opblock-summary").click()
+    wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, f"{operation} .try-out__btn")).pop().click()
+    wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, f"{operation} input[type=file]")).pop().send_keys(
+        str(PHOTOS_DIR / "orange.jpg"))
+    browser.find_element(By.CSS_SELECTOR, f"{operation} .execute").click()
+    status = wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, f"{operation} .live-responses-table "
+                                                                              ".response-col_status")).pop()
+    body = browser.find_element(By.CSS_SELECTOR, f"{operation} .live-responses-table .microlight").text
+    assert status.text.strip() == "200"
+    assert '"label": "Vegetable/Fruit"' in body

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import time
 from contextlib import asynccontextmanager
 from importlib.resources import files
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, File, Request, Response, UploadFile
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 
 from food11_api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, ServerTimingMiddleware
 from food11_api.schemas import CaptionResponse, ErrorResponse, Health, PredictRequest, PredictResponse
@@ -29,6 +33,8 @@ ERROR_RESPONSES = {
 }
 STATUS_BY_ERROR = {InvalidImageError: 400, ServerUnavailableError: 503, DeadlineExceededError: 504}
 INDEX_HTML = files("food11_api").joinpath("index.html").read_text(encoding="utf-8")
+# Swagger UI 5 served by this API (from the swagger-ui-py wheel), not from a CDN: /docs works offline.
+SWAGGER_UI_DIR = Path(next(iter(importlib.util.find_spec("swagger_ui").submodule_search_locations))) / "static"
 
 
 def get_client(request: Request) -> AsyncFood11Client:
@@ -70,6 +76,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                     "conditioned on the label. All model work runs in Triton.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served below with local assets
+        redoc_url=None,
     )
     app.state.settings = settings
     app.add_exception_handler(PipelineError, pipeline_error)
@@ -110,6 +118,14 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         if await client.is_ready():
             return Health(status="ok")
         return error_body(request, 503, f"ensemble {settings.model_name} not ready at {settings.triton_url}")
+
+    app.mount("/swagger-ui", StaticFiles(directory=SWAGGER_UI_DIR), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - Swagger UI",
+                                   swagger_js_url="/swagger-ui/swagger-ui-bundle.js",
+                                   swagger_css_url="/swagger-ui/swagger-ui.css", swagger_favicon_url="data:,")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> str:
