@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import skimage.data
+import tritonclient.grpc.aio as grpcclient_aio
 from PIL import Image
 
 from food11_client import AsyncFood11Client
@@ -31,6 +32,7 @@ from pipeline_src.model_build.cli import build_repository_copy
 from pipeline_src.serve import ApiProcess
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
+BATCHED_STEPS = ("classifier", "captioner")
 
 
 def load_photos() -> list[bytes]:
@@ -78,6 +80,12 @@ def summary(latencies: list[float], timings: list[dict], wall_s: float) -> dict:
     return figures
 
 
+async def executions(triton_stats, model: str) -> tuple[int, int]:
+    """(inferences, executions) Triton has counted for ``model``: their ratio is the mean batch size."""
+    stats = (await triton_stats.get_inference_statistics(model, as_json=True))["model_stats"][0]
+    return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+
 def server_timing(header: str) -> dict:
     """``triton;dur=12.34, app;dur=13.01`` -> {"triton": 12.34, "app": 13.01}."""
     return {name: float(duration) for name, duration in (item.split(";dur=") for item in header.split(", "))}
@@ -86,6 +94,7 @@ def server_timing(header: str) -> dict:
 async def benchmark(grpc_url: str, api_url: str, levels: list[int], per_round: int, rounds: int) -> list[dict]:
     photos = load_photos()
     rows = []
+    triton_stats = grpcclient_aio.InferenceServerClient(grpc_url)
     async with AsyncFood11Client(grpc_url, timeout_s=300) as grpc_client, \
             httpx.AsyncClient(base_url=api_url, timeout=300, limits=httpx.Limits(max_connections=max(levels))) as http:
 
@@ -101,6 +110,7 @@ async def benchmark(grpc_url: str, api_url: str, levels: list[int], per_round: i
         for call in paths.values():  # warm-up: connections, lazy initialisation in every step
             await run_load(call, photos, 4, 12)
         for concurrency in levels:
+            before = {model: await executions(triton_stats, model) for model in BATCHED_STEPS}
             samples = {name: ([], [], 0.0) for name in paths}
             for round_index in range(rounds):
                 order = list(paths) if round_index % 2 == 0 else list(reversed(paths))
@@ -112,8 +122,12 @@ async def benchmark(grpc_url: str, api_url: str, levels: list[int], per_round: i
             row = {"concurrency": concurrency, "grpc": grpc, "api": api,
                    "api_over_grpc_throughput": api["rps"] / grpc["rps"],
                    "p50_difference_ms": api["latency_p50_ms"] - grpc["latency_p50_ms"]}
+            for model in BATCHED_STEPS:  # both paths together
+                inferences, runs = (now - then for now, then in zip(await executions(triton_stats, model), before[model]))
+                row[f"{model}_mean_batch"] = inferences / runs
             print(json.dumps(row), flush=True)
             rows.append(row)
+    await triton_stats.close()
     return rows
 
 
@@ -123,8 +137,9 @@ def markdown(result: dict) -> str:
         f"{result['requests_per_path_and_level']} requests per path and level, same {result['photos']} photos, "
         f"rounds alternating between paths. Command: `{result['command']}`", "",
         "| concurrency | gRPC req/s | API req/s | API/gRPC throughput | gRPC p50 / p95 ms | API p50 / p95 ms "
-        "| p50 difference ms | API hop p50 / p95 ms | of which API server p50 / p95 ms |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| p50 difference ms | API hop p50 / p95 ms | of which API server p50 / p95 ms "
+        "| classifier / captioner mean batch |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in result["rows"]:
         grpc, api = row["grpc"], row["api"]
@@ -133,11 +148,14 @@ def markdown(result: dict) -> str:
             f"| {grpc['latency_p50_ms']:.1f} / {grpc['latency_p95_ms']:.1f} "
             f"| {api['latency_p50_ms']:.1f} / {api['latency_p95_ms']:.1f} | {row['p50_difference_ms']:+.1f} "
             f"| {api['api_added_p50_ms']:.2f} / {api['api_added_p95_ms']:.2f} "
-            f"| {api['api_server_p50_ms']:.2f} / {api['api_server_p95_ms']:.2f} |")
+            f"| {api['api_server_p50_ms']:.2f} / {api['api_server_p95_ms']:.2f} "
+            f"| {row['classifier_mean_batch']:.2f} / {row['captioner_mean_batch']:.2f} |")
     lines += ["", "API hop: a request's latency through the API less the time the API waited on Triton (its "
               "Server-Timing `triton`): HTTP client, network, uvicorn, multipart parsing, FastAPI. Of which API "
               "server: Server-Timing `app` less `triton`, the time spent inside the API process. The p50 "
-              "difference between the two paths also carries the dynamic batcher's queueing noise."]
+              "difference between the two paths also carries the dynamic batcher's queueing noise. Mean batch: "
+              "inferences per execution Triton counted for the step, both paths together (single-image "
+              "requests, so above 1 means requests from different clients were run together)."]
     return "\n".join(lines) + "\n"
 
 
@@ -147,8 +165,8 @@ def main(argv=None) -> None:
                         help="BLIP stand-in of the repository built for the run (default: %(default)s)")
     parser.add_argument("--repository", type=Path, help="use this built repository instead of building one")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
-    parser.add_argument("--requests", type=int, default=96, help="requests per path, level and round")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=48, help="requests per path, level and round")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds per level")
     parser.add_argument("--name", default="api_vs_grpc", help="results file name, without extension")
     args = parser.parse_args(argv)
 
