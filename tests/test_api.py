@@ -141,6 +141,10 @@ def test_openapi_documents_the_upload_the_examples_and_the_errors(api):
     caption = spec["paths"]["/caption"]["post"]
     assert "multipart/form-data" in caption["requestBody"]["content"]
     assert {"200", "400", "413", "422", "500", "503", "504"} <= set(caption["responses"])
+    examples = {code: caption["responses"][code]["content"]["application/json"]["example"]["detail"]
+                for code in ("400", "413", "503", "504")}
+    assert "preprocess" in examples["400"] and "upload limit" in examples["413"]
+    assert len(set(examples.values())) == 4  # each error documented with its own example
     schemas = spec["components"]["schemas"]
     assert schemas["CaptionResponse"]["properties"]["label"]["examples"] == ["Vegetable/Fruit"]
     assert set(spec["paths"]) >= {"/caption", "/predict", "/healthz", "/readyz"}

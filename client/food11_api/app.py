@@ -23,13 +23,25 @@ from food11_client import (AsyncFood11Client, CaptionResult, DeadlineExceededErr
 
 log = logging.getLogger("food11_api")
 
+REQUEST_ID_EXAMPLE = "3f2b9c0d6e1a4b7c8d9e0f1a2b3c4d5e"
+
+
+def _error_doc(description: str, detail: str) -> dict:
+    example = {"detail": detail, "request_id": REQUEST_ID_EXAMPLE}
+    return {"model": ErrorResponse, "description": description,
+            "content": {"application/json": {"example": example}}}
+
+
 ERROR_RESPONSES = {
-    400: {"model": ErrorResponse, "description": "the photo is empty, undecodable, unsupported or too large in pixels"},
-    413: {"model": ErrorResponse, "description": "the request body is over the upload limit"},
+    400: _error_doc("the photo is empty, undecodable, unsupported or too large in pixels",
+                    "in ensemble 'food11_pipeline', preprocess: image 1 of 1: cannot decode: not a JPEG, PNG, WebP, "
+                    "BMP or GIF image"),
+    413: _error_doc("the request body is over the upload limit", "request body over the 10485760-byte upload limit"),
     422: {"description": "malformed request body"},
-    500: {"model": ErrorResponse, "description": "unexpected failure; the request id is in the log"},
-    503: {"model": ErrorResponse, "description": "Triton is unreachable or the ensemble is not loaded"},
-    504: {"model": ErrorResponse, "description": "the pipeline did not answer within the deadline"},
+    500: _error_doc("unexpected failure; the request id is in the log", f"internal error (request id {REQUEST_ID_EXAMPLE})"),
+    503: _error_doc("Triton is unreachable or the ensemble is not loaded",
+                    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:8001: Connection refused"),
+    504: _error_doc("the pipeline did not answer within the deadline", "Deadline Exceeded"),
 }
 STATUS_BY_ERROR = {InvalidImageError: 400, ServerUnavailableError: 503, DeadlineExceededError: 504}
 INDEX_HTML = files("food11_api").joinpath("index.html").read_text(encoding="utf-8")

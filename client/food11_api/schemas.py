@@ -32,8 +32,8 @@ class PredictResponse(BaseModel):
 
 
 class ErrorResponse(BaseModel):
-    detail: str = Field(examples=["in ensemble 'food11_pipeline', preprocess: image 1 of 1: empty image"])
-    request_id: str = Field(description="also in the API's log", examples=["3f2b9c0d6e1a4b7c8d9e0f1a2b3c4d5e"])
+    detail: str = Field(description="what went wrong; for a bad photo, the pipeline's message")
+    request_id: str = Field(description="also in the API's log and the X-Request-ID header")
 
 
 class Health(BaseModel):
