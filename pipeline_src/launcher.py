@@ -46,6 +46,30 @@ def free_ports() -> Ports:
     return Ports(http=free_port(), grpc=free_port(), metrics=free_port())
 
 
+def http_ok(url: str) -> bool:
+    """Whether ``url`` answers 200 now."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float, whole_group: bool = False) -> int:
+    """SIGINT (a graceful shutdown for tritonserver and uvicorn), then SIGKILL if it hangs."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            if whole_group:
+                os.killpg(process.pid, signal.SIGKILL)
+            else:
+                process.kill()
+            process.wait()
+    return process.returncode
+
+
 def _pytriton_dir() -> Path:
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
@@ -138,11 +162,7 @@ class TritonServer:
         return self
 
     def is_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as response:
-                return response.status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            return False
+        return http_ok(f"http://{self.http_url}/v2/health/ready")
 
     def wait_until_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -161,16 +181,8 @@ class TritonServer:
             return "(no log)"
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """SIGINT (Triton's graceful shutdown), then SIGKILL to the whole group if it hangs."""
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process else None
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        return self.process.returncode
+        """Graceful shutdown; if it hangs, the whole group (backend stubs included) is killed."""
+        return stop_process(self.process, timeout_s, whole_group=True) if self.process else None
 
     def __enter__(self) -> "TritonServer":
         return self.start()

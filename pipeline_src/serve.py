@@ -12,11 +12,9 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from pipeline_src.launcher import PROJECT_ROOT, Ports, TritonServer, TritonStartError
+from pipeline_src.launcher import PROJECT_ROOT, Ports, TritonServer, TritonStartError, http_ok, stop_process
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -52,22 +50,13 @@ class ApiProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the API exited with code {self.process.returncode}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2):
-                    return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.2)
+            if http_ok(f"{self.url}/healthz"):
+                return
+            time.sleep(0.2)
         raise RuntimeError(f"the API did not answer on {self.url} within {timeout_s:.0f} s")
 
     def stop(self, timeout_s: float = 15.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process, timeout_s)
 
 
 def main(argv=None) -> None:

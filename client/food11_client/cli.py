@@ -56,10 +56,10 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def run() -> None:
     """Console-script entry point."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 from pathlib import Path
 
 from pipeline_src.launcher import PROJECT_ROOT
@@ -85,8 +86,6 @@ if __name__ == "__main__":
 def build_repository_copy(destination: Path, blip_standin: str = "tiny") -> Path:
     """A copy of this project's model_repository/ (configs, model.py files) at ``destination`` with its
     model files built: the offline-default classifier and a BLIP stand-in. For tests and benchmarks."""
-    import shutil
-
     shutil.copytree(PROJECT_ROOT / "model_repository", destination,
                     ignore=shutil.ignore_patterns("model.onnx", "blip", "__pycache__"))
     build(parse_args(["--repository", str(destination), "--blip-standin", blip_standin]))
