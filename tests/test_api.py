@@ -81,6 +81,7 @@ def test_body_over_the_limit_is_413_before_it_is_sent(api):
         reply = connection.recv(65536).decode("latin-1")
     assert reply.startswith("HTTP/1.1 413")
     assert "upload limit" in reply
+    assert reply.lower().count("x-request-id:") == 1
 
 
 def test_chunked_body_over_the_limit_is_413(api):

@@ -15,7 +15,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from food11_api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware, ServerTimingMiddleware
+from food11_api.middleware import (BodySizeLimitMiddleware, RequestIdMiddleware, ServerTimingMiddleware,
+                                   error_response)
 from food11_api.schemas import CaptionResponse, ErrorResponse, Health, PredictRequest, PredictResponse
 from food11_api.settings import ApiSettings
 from food11_client import (AsyncFood11Client, CaptionResult, DeadlineExceededError, InvalidImageError,
@@ -57,7 +58,7 @@ Client = Annotated[AsyncFood11Client, Depends(get_client)]
 
 
 def error_body(request: Request, status: int, detail: str) -> JSONResponse:
-    return JSONResponse({"detail": detail, "request_id": request.state.request_id}, status_code=status)
+    return error_response(status, detail, request.state.request_id)
 
 
 async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:

@@ -1,25 +1,23 @@
-"""Pure ASGI middlewares: a request id on every request, and a cap on request bodies."""
+"""Pure ASGI middlewares: a request id on every request, a cap on request bodies, Server-Timing."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
+
+from starlette.responses import JSONResponse
 
 REQUEST_ID_HEADER = b"x-request-id"
 
 
+def error_response(status: int, detail: str, request_id: str, **headers: str) -> JSONResponse:
+    """Every error body of the API: ``{"detail": ..., "request_id": ...}``. The X-Request-ID header
+    is added by RequestIdMiddleware, which wraps everything."""
+    return JSONResponse({"detail": detail, "request_id": request_id}, status_code=status, headers=headers)
+
+
 def _request_id(scope) -> str:
     return scope.setdefault("state", {}).get("request_id", "")
-
-
-async def _send_error(send, status: int, detail: str, request_id: str) -> None:
-    body = json.dumps({"detail": detail, "request_id": request_id}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (REQUEST_ID_HEADER, request_id.encode()), (b"connection", b"close"),
-    ]})
-    await send({"type": "http.response.body", "body": body})
 
 
 class RequestIdMiddleware:
@@ -54,10 +52,11 @@ class BodySizeLimitMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        too_large = f"request body over the {self.max_bytes}-byte upload limit"
+        too_large = error_response(413, f"request body over the {self.max_bytes}-byte upload limit",
+                                   _request_id(scope), connection="close")
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            return await _send_error(send, 413, too_large, _request_id(scope))
+            return await too_large(scope, receive, send)
         if length is not None:  # the server stops reading at Content-Length
             return await self.app(scope, receive, send)
         # Chunked: buffer up to the limit, then replay to the app.
@@ -67,7 +66,7 @@ class BodySizeLimitMiddleware:
             messages.append(message)
             received += len(message.get("body", b""))
             if received > self.max_bytes:
-                return await _send_error(send, 413, too_large, _request_id(scope))
+                return await too_large(scope, receive, send)
             if message["type"] != "http.request" or not message.get("more_body"):
                 break
 
