@@ -24,8 +24,12 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-class TritonStartError(RuntimeError):
-    """The server exited or did not become ready; the message carries the end of its log."""
+class ServerStartError(RuntimeError):
+    """A server process exited, or did not answer in time."""
+
+
+class TritonStartError(ServerStartError):
+    """tritonserver exited or did not become ready; the message carries the end of its log."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,18 @@ def http_ok(url: str) -> bool:
             return response.status == 200
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
+
+
+def wait_for_http(process: subprocess.Popen, url: str, timeout_s: float, name: str) -> None:
+    """Until ``url`` answers 200; ServerStartError if ``process`` exits first or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServerStartError(f"{name} exited with code {process.returncode}")
+        if http_ok(url):
+            return
+        time.sleep(0.25)
+    raise ServerStartError(f"{name} not ready after {timeout_s:.0f} s")
 
 
 def stop_process(process: subprocess.Popen, timeout_s: float, whole_group: bool = False) -> int:
@@ -161,18 +177,11 @@ class TritonServer:
             raise
         return self
 
-    def is_ready(self) -> bool:
-        return http_ok(f"http://{self.http_url}/v2/health/ready")
-
     def wait_until_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise TritonStartError(f"tritonserver exited with code {self.process.returncode}:\n{self.log_tail()}")
-            if self.is_ready():
-                return
-            time.sleep(0.25)
-        raise TritonStartError(f"tritonserver not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+        try:
+            wait_for_http(self.process, f"http://{self.http_url}/v2/health/ready", timeout_s, "tritonserver")
+        except ServerStartError as exc:
+            raise TritonStartError(f"{exc}:\n{self.log_tail()}") from None
 
     def log_tail(self, lines: int = 40) -> str:
         try:

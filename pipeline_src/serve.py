@@ -11,10 +11,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
-from pipeline_src.launcher import PROJECT_ROOT, Ports, TritonServer, TritonStartError, http_ok, stop_process
+from pipeline_src.launcher import (PROJECT_ROOT, Ports, ServerStartError, TritonServer, TritonStartError,
+                                   stop_process, wait_for_http)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -46,14 +46,7 @@ class ApiProcess:
         self.process = subprocess.Popen([sys.executable, "-m", "food11_api"], env=env)
 
     def wait_until_alive(self, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the API exited with code {self.process.returncode}")
-            if http_ok(f"{self.url}/healthz"):
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"the API did not answer on {self.url} within {timeout_s:.0f} s")
+        wait_for_http(self.process, f"{self.url}/healthz", timeout_s, f"the API on {self.url}")
 
     def stop(self, timeout_s: float = 15.0) -> int:
         return stop_process(self.process, timeout_s)
@@ -78,7 +71,7 @@ def main(argv=None) -> None:
         api = ApiProcess(args.api_host, args.api_port, server.grpc_url)
         try:
             api.wait_until_alive()
-        except RuntimeError as exc:
+        except ServerStartError as exc:
             print(f"error: {exc}", file=sys.stderr)
             api.stop()
             server.stop()

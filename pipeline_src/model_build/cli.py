@@ -79,10 +79,6 @@ def main(argv=None) -> None:
     build(parse_args(argv))
 
 
-if __name__ == "__main__":
-    main()
-
-
 def build_repository_copy(destination: Path, blip_standin: str = "tiny") -> Path:
     """A copy of this project's model_repository/ (configs, model.py files) at ``destination`` with its
     model files built: the offline-default classifier and a BLIP stand-in. For tests and benchmarks."""
@@ -90,3 +86,7 @@ def build_repository_copy(destination: Path, blip_standin: str = "tiny") -> Path
                     ignore=shutil.ignore_patterns("model.onnx", "blip", "__pycache__"))
     build(parse_args(["--repository", str(destination), "--blip-standin", blip_standin]))
     return destination
+
+
+if __name__ == "__main__":
+    main()
