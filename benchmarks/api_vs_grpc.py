@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,8 +36,6 @@ BATCHED_STEPS = ("classifier", "captioner")
 
 
 def load_photos() -> list[bytes]:
-    import io
-
     photos = [(PROJECT_ROOT / "tests" / "photos" / name).read_bytes() for name in ("apple.jpg", "orange.jpg", "fruits.jpg")]
     for name in ("coffee", "chelsea", "astronaut"):
         buffer = io.BytesIO()
@@ -91,8 +89,8 @@ def server_timing(header: str) -> dict:
     return {name: float(duration) for name, duration in (item.split(";dur=") for item in header.split(", "))}
 
 
-async def benchmark(grpc_url: str, api_url: str, levels: list[int], per_round: int, rounds: int) -> list[dict]:
-    photos = load_photos()
+async def benchmark(photos: list[bytes], grpc_url: str, api_url: str, levels: list[int], per_round: int,
+                    rounds: int) -> list[dict]:
     rows = []
     triton_stats = grpcclient_aio.InferenceServerClient(grpc_url)
     async with AsyncFood11Client(grpc_url, timeout_s=300) as grpc_client, \
@@ -101,7 +99,7 @@ async def benchmark(grpc_url: str, api_url: str, levels: list[int], per_round: i
         async def direct(photo: bytes):
             await grpc_client.caption([photo])
 
-        async def through_api(photo: bytes) -> float:
+        async def through_api(photo: bytes) -> dict:
             response = await http.post("/caption", files={"photo": ("photo.jpg", photo, "image/jpeg")})
             response.raise_for_status()
             return server_timing(response.headers["server-timing"])
@@ -170,13 +168,15 @@ def main(argv=None) -> None:
     parser.add_argument("--name", default="api_vs_grpc", help="results file name, without extension")
     args = parser.parse_args(argv)
 
+    photos = load_photos()
     with tempfile.TemporaryDirectory() as scratch:
         repository = args.repository or build_repository_copy(Path(scratch) / "model_repository", args.blip_standin)
         with TritonServer(repository, Path(scratch) / "triton", free_ports()) as triton:
             api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
             try:
                 api.wait_until_alive()
-                rows = asyncio.run(benchmark(triton.grpc_url, api.url, args.concurrency, args.requests, args.rounds))
+                rows = asyncio.run(benchmark(photos, triton.grpc_url, api.url, args.concurrency, args.requests,
+                                             args.rounds))
             finally:
                 api.stop()
 
@@ -184,7 +184,7 @@ def main(argv=None) -> None:
         "blip": f"BLIP stand-in {args.blip_standin}" if not args.repository else f"repository {args.repository}",
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU" if not Path("/dev/nvidia0").exists()
                    else f"{platform.machine()}, {os.cpu_count()} CPUs, GPU",
-        "photos": 6,
+        "photos": len(photos),
         "requests_per_path_and_level": args.requests * args.rounds,
         "command": " ".join(["python", "benchmarks/api_vs_grpc.py", *sys.argv[1:]]),
         "rows": rows,

@@ -33,7 +33,6 @@ def browser(tmp_path_factory):
 
 def caption_on_page(browser, url, photo):
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(f"{url}/")
