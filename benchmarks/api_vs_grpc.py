@@ -27,9 +27,10 @@ import tritonclient.grpc.aio as grpcclient_aio
 from PIL import Image
 
 from food11_client import AsyncFood11Client
-from pipeline_src.launcher import PROJECT_ROOT, TritonServer, free_port, free_ports
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.model_build.cli import build_repository_copy
-from pipeline_src.serve import ApiProcess
+from pipeline_src.serving.serve import ApiProcess
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 BATCHED_STEPS = ("classifier", "captioner")

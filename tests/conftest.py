@@ -13,7 +13,7 @@ import skimage.data
 from PIL import Image
 
 from helpers import encode
-from pipeline_src.launcher import TritonServer, free_port, free_ports
+from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 
 PHOTOS_DIR = Path(__file__).parent / "photos"
 FRUIT_PHOTOS = ("apple.jpg", "orange.jpg", "fruits.jpg")

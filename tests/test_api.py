@@ -9,7 +9,7 @@ import pytest
 
 from food11_api.app import get_client
 from helpers import encode, gradient
-from pipeline_src.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer, free_ports
 
 pytestmark = pytest.mark.integration
 

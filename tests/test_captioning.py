@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from transformers import BlipForConditionalGeneration
 
-from pipeline_src.captioning import BlipCaptioner, standin_info
+from pipeline_src.steps.captioning import BlipCaptioner, standin_info
 from pipeline_src.model_build.blip_snapshot import STANDIN_SIZES, standin_config, standin_processor
 
 PROMPTS = ["a photo of noodles/pasta,", "", "a photo of bread,"]

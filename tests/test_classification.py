@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from pipeline_src.classification import (STATUS_LOW_CONFIDENCE, STATUS_OK, build_prompt, caption_plan, predict,
-                                         softmax)
-from pipeline_src.labels import FOOD11_CLASSES
+from pipeline_src.steps.classification import (STATUS_LOW_CONFIDENCE, STATUS_OK, build_prompt, caption_plan,
+                                               predict, softmax)
+from pipeline_src.steps.labels import FOOD11_CLASSES
 
 
 def test_softmax_is_stable_for_huge_logits():

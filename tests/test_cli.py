@@ -5,7 +5,7 @@ import json
 import pytest
 
 from food11_client import cli
-from pipeline_src.launcher import free_port
+from pipeline_src.serving.launcher import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from helpers import encode, gradient, png_header_only
-from pipeline_src.imaging import (ImageRejected, captioner_tensor, classifier_tensor, decode_rgb, image_tensors)
+from pipeline_src.steps.imaging import ImageRejected, captioner_tensor, classifier_tensor, decode_rgb, image_tensors
 
 CAP = 40_000_000
 APPLE_JPEG = (Path(__file__).parent / "photos" / "apple.jpg").read_bytes()

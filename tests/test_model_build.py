@@ -5,9 +5,9 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from pipeline_src.classification import predict
-from pipeline_src.imaging import image_tensors
-from pipeline_src.labels import FOOD11_CLASSES
+from pipeline_src.steps.classification import predict
+from pipeline_src.steps.imaging import image_tensors
+from pipeline_src.steps.labels import FOOD11_CLASSES
 from pipeline_src.model_build import classifier_export
 from pipeline_src.model_build.cli import main as build_models
 from pipeline_src.model_build.imagenet_food11 import IMAGENET_TO_FOOD11, UNCOVERED_CLASSES, ImageNetToFood11

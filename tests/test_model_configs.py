@@ -6,8 +6,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from pipeline_src import settings
-from pipeline_src.launcher import PROJECT_ROOT
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.steps import settings
 
 REPOSITORY = PROJECT_ROOT / "model_repository"
 CONFIG_FILES = sorted(REPOSITORY.glob("*/config.pbtxt"))
@@ -43,6 +43,7 @@ def test_python_steps_have_a_model_file_and_valid_parameters(name):
     assert config.backend == "python"
     assert (REPOSITORY / name / "1" / "model.py").is_file()
     parameters = {key: value.string_value for key, value in config.parameters.items()}
+    assert settings.declared_settings_class(parameters) is STEP_SETTINGS[name]
     STEP_SETTINGS[name].from_parameters(parameters)  # raises on an unknown key or a bad value
 
 

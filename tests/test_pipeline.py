@@ -11,8 +11,8 @@ from tritonclient.utils import InferenceServerException
 
 from food11_client import AsyncFood11Client, InvalidImageError
 from helpers import encode, gradient, png_header_only
-from pipeline_src.classification import build_prompt
-from pipeline_src.labels import FOOD11_CLASSES
+from pipeline_src.steps.classification import build_prompt
+from pipeline_src.steps.labels import FOOD11_CLASSES
 
 from conftest import FRUIT_PHOTOS
 

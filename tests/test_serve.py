@@ -8,7 +8,8 @@ import urllib.request
 
 import pytest
 
-from pipeline_src.launcher import PROJECT_ROOT, free_port, free_ports
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.serving.launcher import free_port, free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pipeline_src.settings import (CaptionerSettings, LabelAndCaptionSettings, PreprocessSettings, SettingsError,
-                                   config_parameters)
+from pipeline_src.steps.settings import (CaptionerSettings, LabelAndCaptionSettings, PreprocessSettings, SettingsError,
+                                         config_parameters, declared_settings_class)
 
 
 def test_parameters_are_read_from_tritons_json_config():
@@ -32,3 +32,18 @@ def test_booleans_and_floats_parse():
 def test_bad_parameters_are_refused_with_the_reason(cls, parameters, message):
     with pytest.raises(SettingsError, match=message):
         cls.from_parameters(parameters)
+
+
+def test_a_config_names_its_settings_class_and_a_mismatch_is_refused():
+    parameters = {"settings": "pipeline_src.steps.settings:PreprocessSettings", "max_pixels": "7"}
+    assert declared_settings_class(parameters) is PreprocessSettings
+    assert PreprocessSettings.from_parameters(parameters).max_pixels == 7
+    with pytest.raises(SettingsError, match="this step reads 'pipeline_src.steps.settings:CaptionerSettings'"):
+        CaptionerSettings.from_parameters(parameters)
+
+
+@pytest.mark.parametrize("reference", ["pipeline_src.steps.settings:NoSuchSettings", "no_such_module:X",
+                                       "pipeline_src.steps.settings:SettingsError"])
+def test_a_settings_reference_that_names_no_settings_class_is_refused(reference):
+    with pytest.raises(SettingsError, match="settings="):
+        declared_settings_class({"settings": reference})

@@ -16,7 +16,7 @@ import torch
 from transformers import (BertTokenizer, BlipConfig, BlipForConditionalGeneration, BlipImageProcessor,
                           BlipProcessor)
 
-from pipeline_src.captioning import STANDIN_MARKER
+from pipeline_src.steps.captioning import STANDIN_MARKER
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from pipeline_src.launcher import PROJECT_ROOT
+from pipeline_src import PROJECT_ROOT
 
 log = logging.getLogger("build_models")
 
@@ -51,7 +51,7 @@ def build_classifier(args: argparse.Namespace) -> None:
 
 
 def build_captioner(args: argparse.Namespace) -> None:
-    from pipeline_src.captioning import standin_info
+    from pipeline_src.steps.captioning import standin_info
     from pipeline_src.model_build import blip_snapshot
 
     target = args.repository / "captioner" / "1" / "blip"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipeline_src.labels import FOOD11_CLASSES
+from pipeline_src.steps.labels import FOOD11_CLASSES
 
 # Food-11 class -> {ImageNet-1k index: ImageNet class name}. Names are checked against torchvision's list.
 IMAGENET_TO_FOOD11: dict[str, dict[int, str]] = {

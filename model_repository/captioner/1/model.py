@@ -3,9 +3,9 @@
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline_src.captioning import BlipCaptioner, standin_info
-from pipeline_src.settings import CaptionerSettings
-from pipeline_src.triton_step import StepContext, bytes_tensor, input_array, split_rows, stack_requests
+from pipeline_src.steps.captioning import BlipCaptioner, standin_info
+from pipeline_src.steps.settings import CaptionerSettings
+from pipeline_src.steps.triton_step import StepContext, bytes_tensor, input_array, split_rows, stack_requests
 
 
 class TritonPythonModel:

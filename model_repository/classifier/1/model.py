@@ -2,9 +2,9 @@
 
 import triton_python_backend_utils as pb_utils
 
-from pipeline_src.classifier import OnnxClassifier
-from pipeline_src.settings import ClassifierSettings
-from pipeline_src.triton_step import StepContext, input_array, split_rows, stack_requests
+from pipeline_src.steps.onnx_classifier import OnnxClassifier
+from pipeline_src.steps.settings import ClassifierSettings
+from pipeline_src.steps.triton_step import StepContext, input_array, split_rows, stack_requests
 
 
 class TritonPythonModel:

@@ -5,9 +5,9 @@ import asyncio
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline_src.classification import STATUS_ERROR, STATUS_TIMEOUT, caption_plan, predict
-from pipeline_src.settings import LabelAndCaptionSettings
-from pipeline_src.triton_step import StepContext, bytes_tensor, input_array
+from pipeline_src.steps.classification import STATUS_ERROR, STATUS_TIMEOUT, caption_plan, predict
+from pipeline_src.steps.settings import LabelAndCaptionSettings
+from pipeline_src.steps.triton_step import StepContext, bytes_tensor, input_array
 
 
 class TritonPythonModel:

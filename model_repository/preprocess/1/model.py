@@ -3,9 +3,9 @@
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline_src.imaging import CAPTIONER_SIZE, CLASSIFIER_SIZE, ImageRejected, image_tensors
-from pipeline_src.settings import PreprocessSettings
-from pipeline_src.triton_step import StepContext, input_array
+from pipeline_src.steps.imaging import CAPTIONER_SIZE, CLASSIFIER_SIZE, ImageRejected, image_tensors
+from pipeline_src.steps.settings import PreprocessSettings
+from pipeline_src.steps.triton_step import StepContext, input_array
 
 
 class TritonPythonModel:

@@ -13,7 +13,8 @@ import sys
 import threading
 from pathlib import Path
 
-from pipeline_src.launcher import (PROJECT_ROOT, Ports, ServerStartError, TritonServer, TritonStartError,
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.serving.launcher import (Ports, ServerStartError, TritonServer, TritonStartError,
                                    stop_process, wait_for_http)
 
 

@@ -2,12 +2,15 @@
 
 Every tunable of a step lives in its config, so a repository validator can check them before the
 server starts (``StepSettings.from_parameters`` raises on a bad value) and users tune a step without
-touching code.
+touching code. A step's config names its settings class in the ``settings`` parameter, e.g.
+``pipeline_src.steps.settings:PreprocessSettings``: that is how the validator finds the class, and
+``from_model_config`` refuses a config that names another class than the one ``model.py`` reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, TypeVar
 
@@ -18,15 +21,42 @@ class SettingsError(ValueError):
     """A config parameter is unknown or has a value of the wrong type."""
 
 
+SETTINGS_PARAMETER = "settings"  # the parameter naming a step's settings class, "module:Class"
+
+
 def config_parameters(model_config: Mapping[str, Any]) -> dict[str, str]:
     """``{"parameters": {"k": {"string_value": "v"}}}`` (Triton's JSON model config) -> ``{"k": "v"}``."""
     return {key: value["string_value"] for key, value in model_config.get("parameters", {}).items()}
 
 
+def declared_settings_class(parameters: Mapping[str, str]) -> type[StepSettings] | None:
+    """The class a step's ``settings`` parameter names, or None when it names none."""
+    reference = parameters.get(SETTINGS_PARAMETER)
+    if reference is None:
+        return None
+    module_name, _, class_name = reference.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise SettingsError(f"parameter {SETTINGS_PARAMETER}={reference!r} names no importable class: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, StepSettings)):
+        raise SettingsError(f"parameter {SETTINGS_PARAMETER}={reference!r} is not a StepSettings class")
+    return cls
+
+
 @dataclass(frozen=True)
 class StepSettings:
     @classmethod
+    def reference(cls) -> str:
+        """What a config's ``settings`` parameter says to name this class."""
+        return f"{cls.__module__}:{cls.__qualname__}"
+
+    @classmethod
     def from_parameters(cls: type[T], parameters: Mapping[str, str]) -> T:
+        parameters = dict(parameters)
+        declared = parameters.pop(SETTINGS_PARAMETER, None)
+        if declared is not None and declared != cls.reference():
+            raise SettingsError(f"the config declares settings {declared!r}, but this step reads {cls.reference()!r}")
         known = {field.name: field for field in fields(cls)}
         unknown = sorted(set(parameters) - set(known))
         if unknown:
@@ -106,8 +136,16 @@ class CaptionerSettings(StepSettings):
     num_beams: int = 1
     repetition_penalty: float = 1.0
     fp16_on_gpu: bool = True
+    # How BLIP computes on a CPU instance: fp32 (exact), bf16 (bf16 weights), int8 (dynamic int8
+    # quantisation of the Linear layers), or auto (bf16 where the CPU has native bf16, else fp32).
+    cpu_precision: str = "fp32"
+    torch_threads: int = 0  # torch intra-op threads on a CPU instance (0: torch's default)
+
+    CPU_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
     def validate(self) -> None:
         _require(self.max_new_tokens > 0, "max_new_tokens must be positive")
         _require(self.num_beams > 0, "num_beams must be positive")
         _require(self.repetition_penalty > 0, "repetition_penalty must be positive")
+        _require(self.cpu_precision in self.CPU_PRECISIONS, f"cpu_precision must be one of {self.CPU_PRECISIONS}")
+        _require(self.torch_threads >= 0, "torch_threads must be >= 0")

@@ -21,9 +21,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
 class ServerStartError(RuntimeError):
     """A server process exited, or did not answer in time."""
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline_src.labels import FOOD11_CLASSES
+from pipeline_src.steps.labels import FOOD11_CLASSES
 
 
 def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:

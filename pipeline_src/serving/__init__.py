@@ -1,0 +1,1 @@
+"""Starting the servers: ``launcher`` runs the wheel's tritonserver, ``serve`` runs it with the API."""
