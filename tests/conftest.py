@@ -44,7 +44,9 @@ def triton(model_repository, tmp_path_factory) -> TritonServer:
     (a real fault) and reload a step with another config."""
     work_dir = tmp_path_factory.mktemp("triton")
     server = TritonServer(model_repository, work_dir, free_ports(),
-                          extra_args=("--model-control-mode=explicit", "--load-model=*"))
+                          extra_args=("--model-control-mode=explicit", "--load-model=*",
+                                      # Tracing stays OFF until a test turns it on (tests/test_tracing.py).
+                                      f"--trace-config=triton,file={work_dir / 'trace.json'}"))
     with server:
         yield server
     print(f"tritonserver log: {server.log_file}")

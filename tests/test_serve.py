@@ -1,6 +1,7 @@
 """scripts/serve.py: Triton (and the API) ready on the ports asked for, clean stop on SIGTERM/SIGINT."""
 
 import contextlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,13 +15,17 @@ from pipeline_src.serving.launcher import free_port, free_ports
 pytestmark = pytest.mark.integration
 
 
+def serve_command(model_repository, tmp_path, ports, *extra) -> list[str]:
+    return [sys.executable, str(PROJECT_ROOT / "scripts" / "serve.py"), "--model-repository", str(model_repository),
+            "--http-port", str(ports.http), "--grpc-port", str(ports.grpc), "--metrics-port", str(ports.metrics),
+            "--work-dir", str(tmp_path / "work"), "--log-file", str(tmp_path / "server.log"), *extra]
+
+
 @contextlib.contextmanager
 def serving(model_repository, tmp_path, *extra):
     """scripts/serve.py running until it says it is ready; killed afterwards if a test left it running."""
     ports = free_ports()
-    command = [sys.executable, str(PROJECT_ROOT / "scripts" / "serve.py"), "--model-repository", str(model_repository),
-               "--http-port", str(ports.http), "--grpc-port", str(ports.grpc), "--metrics-port", str(ports.metrics),
-               "--work-dir", str(tmp_path / "work"), "--log-file", str(tmp_path / "server.log"), *extra]
+    command = serve_command(model_repository, tmp_path, ports, *extra)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for line in process.stdout:
@@ -57,3 +62,21 @@ def test_triton_and_api_start_and_stop_together_on_ctrl_c(model_repository, tmp_
     for url in (f"http://127.0.0.1:{api_port}/healthz", f"http://127.0.0.1:{ports.http}/v2/health/live"):
         with pytest.raises(OSError):
             get_status(url)
+
+
+def test_a_broken_repository_is_refused_before_tritonserver_starts(model_repository, tmp_path):
+    broken = shutil.copytree(model_repository, tmp_path / "model_repository")
+    ensemble = broken / "food11_pipeline" / "config.pbtxt"
+    wiring = 'key: "input", value: "classifier_pixels"'
+    assert ensemble.read_text().count(wiring) == 1
+    ensemble.write_text(ensemble.read_text().replace(wiring, 'key: "input", value: "classifier_pixelz"'))
+    ports = free_ports()
+    result = subprocess.run(serve_command(broken, tmp_path, ports, "--no-api"),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert ("ERROR food11_pipeline: step 2 (classifier) consumes tensor 'classifier_pixelz', which no step produces "
+            "and is not an ensemble input") in result.stderr
+    assert "tritonserver not started" in result.stderr
+    assert not (tmp_path / "server.log").exists()  # tritonserver never ran: it would have written its log
+    with pytest.raises(OSError):
+        get_status(f"http://127.0.0.1:{ports.http}/v2/health/live")

@@ -1,6 +1,7 @@
 """Run the servers in the foreground until Ctrl-C or SIGTERM: ``python scripts/serve.py``.
 
-Triton first (waiting until it is ready), then the FastAPI front pointed at it; stopped in reverse.
+The model repository is validated first (food11-validate): with an error, Triton is not started.
+Then Triton (waiting until it is ready), then the FastAPI front pointed at it; stopped in reverse.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.repository.validate import validate_repository
 from pipeline_src.serving.launcher import (Ports, ServerStartError, TritonServer, TritonStartError,
                                    stop_process, wait_for_http)
 
@@ -30,6 +32,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tritonserver", type=Path, help="use this tritonserver binary instead of the wheel's")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     parser.add_argument("--no-api", action="store_true", help="start Triton only")
+    parser.add_argument("--skip-validation", action="store_true",
+                        help="start Triton without validating the model repository first (for experts)")
     parser.add_argument("--api-host", default=os.environ.get("FOOD11_API_HOST", "127.0.0.1"),
                         help="API bind address (default: %(default)s; FOOD11_API_HOST)")
     parser.add_argument("--api-port", type=int, default=int(os.environ.get("FOOD11_API_PORT", "8080")),
@@ -53,8 +57,21 @@ class ApiProcess:
         return stop_process(self.process, timeout_s)
 
 
+def validate_or_exit(model_repository: Path) -> None:
+    """Refuse to start on a repository with errors: the validator names every fault in a second, where
+    Triton would load every step first and then stop on one, in its own words."""
+    report = validate_repository(model_repository)
+    print(report.text(), file=sys.stdout if report.ok else sys.stderr, flush=True)
+    if not report.ok:
+        print("error: tritonserver not started: fix the model repository above (or pass --skip-validation)",
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if not args.skip_validation:
+        validate_or_exit(args.model_repository)
     server = TritonServer(args.model_repository, args.work_dir, Ports(args.http_port, args.grpc_port, args.metrics_port),
                           log_file=args.log_file, extra_args=tuple(args.extra), binary=args.tritonserver)
     stop = threading.Event()

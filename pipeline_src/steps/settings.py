@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, TypeVar
+from typing import Any, ClassVar, Mapping, TypeVar
+
+from pipeline_src.steps.bls import BlsCall, BlsTensor
 
 T = TypeVar("T", bound="StepSettings")
 
@@ -46,6 +48,16 @@ def declared_settings_class(parameters: Mapping[str, str]) -> type[StepSettings]
 
 @dataclass(frozen=True)
 class StepSettings:
+    # What food11-validate checks beyond the values, declared by each step for its own fields. Paths are
+    # relative to the model's version folder.
+    FILE_FIELDS: ClassVar[tuple[str, ...]] = ()  # fields naming a file that must exist
+    # fields naming a directory that must exist, with the files it must hold (e.g. a snapshot's config.json)
+    DIRECTORY_FIELDS: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    # fields naming an ONNX model file whose inputs and outputs are this step's own: it must exist, and its
+    # names, element types and shapes must match the config
+    ONNX_FILE_FIELDS: ClassVar[tuple[str, ...]] = ()
+    BLS_CALLS: ClassVar[tuple[BlsCall, ...]] = ()  # the models this step calls by BLS (pipeline_src.steps.bls)
+
     @classmethod
     def reference(cls) -> str:
         """What a config's ``settings`` parameter says to name this class."""
@@ -112,6 +124,8 @@ class ClassifierSettings(StepSettings):
     onnx_file: str = "model.onnx"  # relative to the model version directory
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
 
+    ONNX_FILE_FIELDS = ("onnx_file",)
+
     def validate(self) -> None:
         _require(self.intra_op_threads >= 0, "intra_op_threads must be >= 0")
 
@@ -122,6 +136,17 @@ class LabelAndCaptionSettings(StepSettings):
     prompt_template: str = "a photo of {label},"
     confidence_threshold: float = 0.5  # below it, caption without the label prompt
     caption_timeout_ms: int = 30_000
+
+    # model.py builds its captioner request from this; food11-validate checks it against the captioner.
+    CAPTIONER_CALL: ClassVar[BlsCall] = BlsCall(
+        callee_field="captioner_model",
+        inputs=(
+            BlsTensor("PIXEL_VALUES", "TYPE_FP32", (3, 384, 384), forwarded=True),
+            BlsTensor("PROMPT", "TYPE_STRING", (1,)),  # empty: an unconditional caption
+        ),
+        outputs=(BlsTensor("CAPTION", "TYPE_STRING", (1,)),),
+    )
+    BLS_CALLS = (CAPTIONER_CALL,)
 
     def validate(self) -> None:
         _require("{label}" in self.prompt_template, "prompt_template must contain {label}")
@@ -142,6 +167,7 @@ class CaptionerSettings(StepSettings):
     torch_threads: int = 0  # torch intra-op threads on a CPU instance (0: torch's default)
 
     CPU_PRECISIONS = ("auto", "fp32", "bf16", "int8")
+    DIRECTORY_FIELDS = {"model_dir": ("config.json",)}  # a save_pretrained snapshot
 
     def validate(self) -> None:
         _require(self.max_new_tokens > 0, "max_new_tokens must be positive")

@@ -9,6 +9,12 @@ from pipeline_src.steps.classification import STATUS_ERROR, STATUS_TIMEOUT, capt
 from pipeline_src.steps.settings import LabelAndCaptionSettings
 from pipeline_src.steps.triton_step import StepContext, bytes_tensor, input_array
 
+# The captioner call's tensor names and callee come from its declaration, which food11-validate checks
+# against the captioner's config.
+CAPTIONER_CALL = LabelAndCaptionSettings.CAPTIONER_CALL
+PIXELS_SENT, PROMPT_SENT = CAPTIONER_CALL.inputs  # PIXELS_SENT: this step's own input, forwarded as is
+(CAPTION_READ,) = CAPTIONER_CALL.outputs
+
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -29,7 +35,8 @@ class TritonPythonModel:
             for prediction in predictions
         ]
         prompts = [prompt for prompt, _ in plans]
-        captions, failure = await self._caption(pb_utils.get_input_tensor_by_name(request, "PIXEL_VALUES"), prompts)
+        captions, failure = await self._caption(pb_utils.get_input_tensor_by_name(request, PIXELS_SENT.name), prompts,
+                                                request.trace())
         statuses = [failure or status for _, status in plans]
         return pb_utils.InferenceResponse(output_tensors=[
             bytes_tensor("LABEL", [prediction.label for prediction in predictions]),
@@ -39,13 +46,15 @@ class TritonPythonModel:
             bytes_tensor("CAPTION_STATUS", statuses),
         ])
 
-    async def _caption(self, pixel_values, prompts):
-        """(captions, None), or (empty captions, the status saying why) when the captioner let us down."""
+    async def _caption(self, pixel_values, prompts, trace):
+        """(captions, None), or (empty captions, the status saying why) when the captioner let us down.
+        ``trace`` is the calling request's: a traced request's trace then shows the captioner as its child."""
         empty = [""] * len(prompts)
         request = pb_utils.InferenceRequest(
-            model_name=self.settings.captioner_model,
-            inputs=[pixel_values, bytes_tensor("PROMPT", prompts)],
-            requested_output_names=["CAPTION"],
+            model_name=CAPTIONER_CALL.callee(self.settings),
+            inputs=[pixel_values, bytes_tensor(PROMPT_SENT.name, prompts)],
+            requested_output_names=CAPTIONER_CALL.output_names,
+            trace=trace,
         )
         timeout_s = self.settings.caption_timeout_ms / 1000.0
         try:
@@ -57,5 +66,5 @@ class TritonPythonModel:
             message = response.error().message()
             self.step.logger.log_warn(f"{self.step.name}: captioner failed: {message}")
             return empty, f"{STATUS_ERROR}: {message}"
-        captions = pb_utils.get_output_tensor_by_name(response, "CAPTION").as_numpy().reshape(-1)
+        captions = pb_utils.get_output_tensor_by_name(response, CAPTION_READ.name).as_numpy().reshape(-1)
         return [caption.decode("utf-8") for caption in captions], None

@@ -1,0 +1,97 @@
+"""A Python step's BLS calls, as its settings class declares them (pipeline_src.steps.bls), against the
+callee models' configs: the callee exists, takes every tensor sent, and gives every output read."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from pipeline_src.repository.loading import ModelEntry
+from pipeline_src.repository.report import Report
+from pipeline_src.repository.tensors import (TensorSpec, describe_edge_mismatch, edge_mismatch, is_data_type_name,
+                                             spec_of)
+from pipeline_src.steps.bls import BlsCall, BlsTensor
+from pipeline_src.steps.settings import StepSettings
+
+Complain = Callable[[str], None]
+
+
+def check_bls_calls(caller: ModelEntry, settings: StepSettings, models: dict[str, ModelEntry], report: Report) -> None:
+    for call in type(settings).BLS_CALLS:
+        callee_name = call.callee(settings)
+        where = f"declared in {type(settings).__name__}.BLS_CALLS, callee from parameter {call.callee_field}"
+
+        def error(message: str) -> None:
+            report.error(caller.name, f"BLS call to '{callee_name}' ({where}): {message}")
+
+        _check_call(caller, call, models.get(callee_name), callee_name, error)
+
+
+def _check_call(caller: ModelEntry, call: BlsCall, callee: ModelEntry | None, callee_name: str,
+                error: Complain) -> None:
+    for tensor in (*call.inputs, *call.outputs):
+        if not is_data_type_name(tensor.data_type):
+            error(f"tensor '{tensor.name}' is declared with data type '{tensor.data_type}', not a Triton type "
+                  "such as TYPE_FP32")
+            return
+    if callee is None:
+        error(f"model '{callee_name}' is not in the repository")
+        return
+    if callee.config is None:
+        return  # its config is broken: reported with that model
+    if callee.batched and callee.max_batch_size < caller.max_batch_size:
+        error(f"'{callee.name}' has max_batch_size {callee.max_batch_size}, smaller than this step's "
+              f"{caller.max_batch_size}: a full request forwarded to it would be refused")
+    for sent in call.inputs:
+        if sent.forwarded:
+            _check_forwarded(caller, sent, error)
+        _check_sent(callee, sent, error)
+    sent_names = {tensor.name for tensor in call.inputs}
+    for tensor in callee.config.input:
+        if tensor.name not in sent_names and not tensor.optional:
+            error(f"does not send input '{tensor.name}' of model '{callee.name}', which is not optional")
+    for read in call.outputs:
+        _check_read(callee, read, error)
+
+
+def _check_forwarded(caller: ModelEntry, sent: BlsTensor, error: Complain) -> None:
+    """A forwarded tensor is the caller's own input, as is."""
+    own = next((tensor for tensor in caller.config.input if tensor.name == sent.name), None)
+    if own is None:
+        error(f"forwards this step's input '{sent.name}', which its config does not declare")
+        return
+    own_spec = spec_of(f"this step's input '{sent.name}'", own, caller.batched)
+    declared = _spec("the tensor sent", sent)
+    why = edge_mismatch(own_spec, declared)
+    if why:
+        error(describe_edge_mismatch(sent.name, own_spec, declared, why))
+
+
+def _check_sent(callee: ModelEntry, sent: BlsTensor, error: Complain) -> None:
+    inputs = {tensor.name: tensor for tensor in callee.config.input}
+    if sent.name not in inputs:
+        error(f"sends tensor '{sent.name}', which is not an input of model '{callee.name}' "
+              f"(its inputs: {', '.join(map(repr, inputs)) or 'none'})")
+        return
+    declared = _spec("the tensor sent", sent)
+    accepted = spec_of(f"'{callee.name}' input '{sent.name}'", inputs[sent.name], callee.batched)
+    why = edge_mismatch(declared, accepted)
+    if why:
+        error(describe_edge_mismatch(sent.name, declared, accepted, why))
+
+
+def _check_read(callee: ModelEntry, read: BlsTensor, error: Complain) -> None:
+    outputs = {tensor.name: tensor for tensor in callee.config.output}
+    if read.name not in outputs:
+        error(f"reads output '{read.name}', which model '{callee.name}' does not have "
+              f"(its outputs: {', '.join(map(repr, outputs)) or 'none'})")
+        return
+    given = spec_of(f"'{callee.name}' output '{read.name}'", outputs[read.name], callee.batched)
+    expected = _spec("the output read", read)
+    why = edge_mismatch(given, expected)
+    if why:
+        error(describe_edge_mismatch(read.name, given, expected, why))
+
+
+def _spec(label: str, tensor: BlsTensor) -> TensorSpec:
+    """A BLS tensor carries the caller's request rows as its batch dimension."""
+    return TensorSpec(label, tensor.data_type, tuple(tensor.dims), batched=True)

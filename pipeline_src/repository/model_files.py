@@ -1,0 +1,80 @@
+"""The files a model's version folder must hold: its backend's model file, and the files its settings name."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from pipeline_src.repository.loading import ModelEntry
+from pipeline_src.repository.report import Report
+from pipeline_src.steps.settings import StepSettings
+
+PYTHON_BACKEND = "python"
+BUILD_HINT = "if it is a built model file (model.onnx, blip/), run `make models` (scripts/build_models.py)"
+
+
+def runs_onnx_runtime(entry: ModelEntry) -> bool:
+    return entry.config.platform == "onnxruntime_onnx" or entry.config.backend == "onnxruntime"
+
+
+def backend_model_file(entry: ModelEntry, version_dir: Path) -> Path | None:
+    """The file Triton's backend loads from this version folder (default_model_filename respected),
+    or None for a backend this validator does not know."""
+    if entry.config.backend == PYTHON_BACKEND:
+        default = "model.py"
+    elif runs_onnx_runtime(entry):
+        default = "model.onnx"
+    else:
+        return None
+    return version_dir / (entry.config.default_model_filename or default)
+
+
+def check_backend_files(entry: ModelEntry, report: Report) -> list[Path]:
+    """Each version folder holds its backend's model file; returns the ones present."""
+    present = []
+    for version_dir in entry.versions:
+        path = backend_model_file(entry, version_dir)
+        if path is None:
+            kind = entry.config.backend or entry.config.platform
+            report.warning(entry.name, f"backend/platform '{kind}': its model files are not checked")
+            return present
+        if path.exists():
+            present.append(path)
+        elif path.suffix == ".py":
+            report.error(entry.name, f"version {version_dir.name}: {path} is missing (the Python backend runs it)")
+        else:
+            report.error(entry.name, f"version {version_dir.name}: model file {path} is missing; {BUILD_HINT}")
+    return present
+
+
+def check_declared_files(entry: ModelEntry, settings: StepSettings, report: Report) -> list[Path]:
+    """The files and directories the step's settings class declares exist in every version folder;
+    returns the ONNX files present (for the ONNX check)."""
+    cls = type(settings)
+    field_names = {field.name for field in dataclasses.fields(settings)}
+    for name in dict.fromkeys([*cls.FILE_FIELDS, *cls.ONNX_FILE_FIELDS, *cls.DIRECTORY_FIELDS]):
+        if name not in field_names:
+            report.error(entry.name, f"{cls.__name__} declares '{name}' as a file field, but has no such field")
+    onnx_files = []
+    for version_dir in entry.versions:
+        for name in dict.fromkeys([*cls.FILE_FIELDS, *cls.ONNX_FILE_FIELDS]):
+            if name not in field_names:
+                continue
+            path = version_dir / str(getattr(settings, name))
+            if not path.is_file():
+                report.error(entry.name, f"version {version_dir.name}: parameter {name}={getattr(settings, name)!r}: "
+                                         f"file {path} is missing; {BUILD_HINT}")
+            elif name in cls.ONNX_FILE_FIELDS:
+                onnx_files.append(path)
+        for name, required in cls.DIRECTORY_FIELDS.items():
+            if name not in field_names:
+                continue
+            directory = version_dir / str(getattr(settings, name))
+            where = f"version {version_dir.name}: parameter {name}={getattr(settings, name)!r}"
+            if not directory.is_dir():
+                report.error(entry.name, f"{where}: directory {directory} is missing; {BUILD_HINT}")
+                continue
+            for file_name in required:
+                if not (directory / file_name).is_file():
+                    report.error(entry.name, f"{where}: {directory} has no {file_name}; {BUILD_HINT}")
+    return onnx_files

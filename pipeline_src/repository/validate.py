@@ -1,0 +1,84 @@
+"""Check a whole model repository before a server starts: ``food11-validate [REPO]``.
+
+No server needed, and fast (no torch): every config.pbtxt parses as Triton's ModelConfig and is named
+after its folder; every model has the version folder and the files its backend and its settings need;
+every Python step's parameters pass its typed settings class; every ensemble's graph is wired
+consistently (ensembles in ensembles too); every BLS call matches its callee; every ONNX file matches
+its model's config. Lists every problem at once, one line each, naming model, step and tensor; exit
+status 1 when there is an error, 0 otherwise (warnings alone: 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.repository.bls_calls import check_bls_calls
+from pipeline_src.repository.ensembles import check_ensemble, check_ensemble_nesting
+from pipeline_src.repository.loading import ModelEntry, load_models
+from pipeline_src.repository.model_files import (PYTHON_BACKEND, check_backend_files, check_declared_files,
+                                                 runs_onnx_runtime)
+from pipeline_src.repository.onnx_io import check_onnx_io
+from pipeline_src.repository.report import Problem, Report, Severity
+from pipeline_src.repository.step_settings import check_settings
+
+__all__ = ["Problem", "Report", "Severity", "validate_repository", "main"]
+
+REPOSITORY_LABEL = "<repository>"  # Problem.model of problems with the repository as a whole
+
+
+def validate_repository(path: Path | str) -> Report:
+    """Every problem of the model repository at ``path``; ``report.ok`` says whether Triton can serve it."""
+    repository = Path(path)
+    report = Report(repository)
+    if not repository.is_dir():
+        report.error(REPOSITORY_LABEL, f"{repository} is not a directory")
+        return report
+    models = load_models(repository, report)
+    if not models:
+        report.error(REPOSITORY_LABEL, f"{repository} holds no model folder")
+    for entry in models.values():
+        if entry.config is not None:
+            _check_model(entry, models, report)
+    check_ensemble_nesting(models, report)
+    return report
+
+
+def _check_model(entry: ModelEntry, models: dict[str, ModelEntry], report: Report) -> None:
+    config = entry.config
+    if entry.is_ensemble:
+        if config.backend:
+            report.error(entry.name, f"an ensemble has no backend, but the config says '{config.backend}'")
+        check_ensemble(entry, models, report)
+        return
+    if not config.backend and not config.platform:
+        report.error(entry.name, "the config names neither a backend nor a platform")
+        return
+    model_files = check_backend_files(entry, report)
+    if runs_onnx_runtime(entry):
+        for path in model_files:
+            if path.is_file():
+                check_onnx_io(entry, path, report)
+    if config.backend == PYTHON_BACKEND:
+        settings = check_settings(entry, report)
+        if settings is not None:
+            for path in check_declared_files(entry, settings, report):
+                check_onnx_io(entry, path, report)
+            check_bls_calls(entry, settings, models, report)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="food11-validate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("repository", nargs="?", type=Path, default=PROJECT_ROOT / "model_repository",
+                        help="the model repository (default: %(default)s)")
+    args = parser.parse_args(argv)
+    report = validate_repository(args.repository)
+    print(report.text(), flush=True)
+    sys.exit(0 if report.ok else 1)
+
+
+if __name__ == "__main__":
+    main()

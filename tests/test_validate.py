@@ -1,0 +1,388 @@
+"""food11-validate: the built repository is valid; each kind of fault, made in a copy, is reported by
+name (model, step, tensor) without a server."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.repository.validate import Report, Severity, validate_repository
+
+STEP_MODELS = ("captioner", "classifier", "label_and_caption", "preprocess")
+
+
+@pytest.fixture
+def repo(model_repository, tmp_path) -> Path:
+    """A copy of the session's built repository, for a test to break (the fixture itself stays intact)."""
+    return shutil.copytree(model_repository, tmp_path / "model_repository")
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Replace ``old``, which must occur exactly once, so a fixture change cannot silently void the fault."""
+    text = path.read_text()
+    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {path}"
+    path.write_text(text.replace(old, new))
+
+
+def problem(report: Report, model: str, *fragments: str, severity: Severity = Severity.ERROR) -> str:
+    """The one-line problem about ``model`` whose message holds every fragment; fails with the report."""
+    for found in report.problems:
+        if found.severity is severity and found.model == model and all(f in found.message for f in fragments):
+            return str(found)
+    raise AssertionError(f"no {severity.value} about {model} with {fragments}; the report:\n{report.text()}")
+
+
+def config(repo: Path, model: str) -> Path:
+    return repo / model / "config.pbtxt"
+
+
+# --- the valid repository -------------------------------------------------------------------------------
+
+def test_the_built_repository_is_valid_without_a_single_problem(model_repository):
+    report = validate_repository(model_repository)
+    assert report.problems == [], report.text()
+    assert report.ok
+    assert sorted(report.models) == sorted([*STEP_MODELS, "food11_pipeline"])
+    assert report.summary().startswith("OK: 5 model(s)")
+
+
+def test_validation_needs_neither_torch_nor_transformers(model_repository):
+    check = ("import sys; from pipeline_src.repository.validate import validate_repository; "
+             f"assert validate_repository({str(model_repository)!r}).ok; "
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_missing_built_model_files_are_errors_that_say_to_run_make_models(repo):
+    (repo / "classifier" / "1" / "model.onnx").unlink()
+    shutil.rmtree(repo / "captioner" / "1" / "blip")
+    report = validate_repository(repo)
+    assert "make models" in problem(report, "classifier", "parameter onnx_file='model.onnx'", "is missing")
+    assert "make models" in problem(report, "captioner", "parameter model_dir='blip'", "is missing")
+
+
+def test_a_snapshot_without_its_config_json_is_an_error(repo):
+    (repo / "captioner" / "1" / "blip" / "config.json").unlink()
+    problem(validate_repository(repo), "captioner", "model_dir='blip'", "has no config.json")
+
+
+# --- configs, folders, backend files ---------------------------------------------------------------------
+
+def test_a_config_that_does_not_parse_is_reported_with_file_and_line(repo):
+    edit(config(repo, "preprocess"), "max_batch_size: 32", "max_batch_size: 32\nmax_batch_sise: 4")
+    message = problem(validate_repository(repo), "preprocess", "does not parse as Triton's ModelConfig")
+    assert str(config(repo, "preprocess")) in message and "line 5" in message and "max_batch_sise" in message
+
+
+def test_a_config_named_differently_from_its_folder_is_an_error(repo):
+    edit(config(repo, "classifier"), 'name: "classifier"', 'name: "clasifier"')
+    problem(validate_repository(repo), "classifier", "names the model 'clasifier'", "its folder is 'classifier'")
+
+
+def test_a_model_without_a_version_folder_is_an_error(repo):
+    shutil.rmtree(repo / "food11_pipeline" / "1")
+    problem(validate_repository(repo), "food11_pipeline", "no version folder")
+
+
+def test_a_python_step_without_model_py_is_an_error(repo):
+    (repo / "preprocess" / "1" / "model.py").unlink()
+    problem(validate_repository(repo), "preprocess", "model.py is missing")
+
+
+def test_default_model_filename_is_where_the_python_backend_looks(repo):
+    (repo / "preprocess" / "1" / "model.py").rename(repo / "preprocess" / "1" / "step.py")
+    assert not validate_repository(repo).ok
+    edit(config(repo, "preprocess"), 'backend: "python"', 'backend: "python"\ndefault_model_filename: "step.py"')
+    assert validate_repository(repo).problems == []
+
+
+# --- typed settings ----------------------------------------------------------------------------------------
+
+def test_a_bad_parameter_value_is_refused_by_the_steps_settings(repo):
+    edit(config(repo, "preprocess"), 'string_value: "40000000"', 'string_value: "lots"')
+    problem(validate_repository(repo), "preprocess", "PreprocessSettings", "max_pixels='lots'")
+
+
+def test_an_unknown_parameter_is_refused(repo):
+    edit(config(repo, "label_and_caption"), 'key: "caption_timeout_ms"', 'key: "caption_timeout"')
+    problem(validate_repository(repo), "label_and_caption", "unknown parameter", "caption_timeout")
+
+
+def test_a_settings_parameter_naming_no_class_is_an_error(repo):
+    edit(config(repo, "classifier"), "settings:ClassifierSettings", "settings:ClassifierSetings")
+    problem(validate_repository(repo), "classifier", "ClassifierSetings", "names no importable class")
+
+
+def test_a_step_without_a_settings_parameter_is_only_a_warning(repo):
+    edit(config(repo, "preprocess"), 'key: "settings"', 'key: "note"')
+    report = validate_repository(repo)
+    problem(report, "preprocess", "no 'settings' parameter", "unchecked", severity=Severity.WARNING)
+    assert report.ok and report.errors == []
+
+
+# --- ensemble graphs ---------------------------------------------------------------------------------------
+
+ENSEMBLE = "food11_pipeline"
+
+
+def test_a_consumed_tensor_nobody_produces_is_named_with_its_step(repo):
+    edit(config(repo, ENSEMBLE), 'key: "input", value: "classifier_pixels"', 'key: "input", value: "classifier_pixelz"')
+    report = validate_repository(repo)
+    assert ("ERROR food11_pipeline: step 2 (classifier) consumes tensor 'classifier_pixelz', which no step "
+            "produces and is not an ensemble input") in report.text().splitlines()
+    problem(report, ENSEMBLE, "tensor 'classifier_pixels' from step 1 (preprocess) is used by no step")
+    assert not report.ok
+
+
+def test_a_step_naming_a_model_not_in_the_repository_is_an_error(repo):
+    edit(config(repo, ENSEMBLE), 'model_name: "classifier"', 'model_name: "classifierz"')
+    problem(validate_repository(repo), ENSEMBLE, "step 2 (classifierz)", "model 'classifierz' is not in the repository")
+
+
+def test_input_map_keys_must_be_the_models_inputs_and_feed_all_of_them(repo):
+    edit(config(repo, ENSEMBLE), 'key: "input", value', 'key: "pixels", value')
+    report = validate_repository(repo)
+    problem(report, ENSEMBLE, "step 2 (classifier)", "input_map key 'pixels' is not an input of model 'classifier'")
+    problem(report, ENSEMBLE, "step 2 (classifier)", "input 'input' of model 'classifier' is not fed")
+
+
+def test_an_output_map_key_must_be_an_output_of_the_model(repo):
+    edit(config(repo, ENSEMBLE), 'key: "output", value: "logits"', 'key: "logits", value: "logits"')
+    problem(validate_repository(repo), ENSEMBLE, "step 2 (classifier)",
+            "output_map key 'logits' is not an output of model 'classifier'")
+
+
+def test_a_tensor_produced_twice_and_an_ensemble_output_produced_by_nobody(repo):
+    edit(config(repo, ENSEMBLE), 'value: "CAPTION_STATUS"', 'value: "CAPTION"')
+    report = validate_repository(repo)
+    problem(report, ENSEMBLE, "tensor 'CAPTION' is produced more than once", "step 3 (label_and_caption)")
+    problem(report, ENSEMBLE, "ensemble output 'CAPTION_STATUS' is produced by no step")
+
+
+def test_an_unused_produced_tensor_is_an_error_as_triton_refuses_it(repo):
+    edit(config(repo, ENSEMBLE), 'output_map { key: "LABEL", value: "LABEL" }',
+         'output_map { key: "LABEL", value: "LABEL" }\n'
+         '      output_map { key: "PROBABILITIES", value: "probabilities" }')
+    problem(validate_repository(repo), ENSEMBLE,
+            "tensor 'probabilities' from step 3 (label_and_caption) is used by no step")
+
+
+def test_steps_that_feed_each_other_form_a_cycle(repo):
+    edit(config(repo, ENSEMBLE), 'input_map { key: "IMAGE", value: "IMAGE" }',
+         'input_map { key: "IMAGE", value: "logits" }')
+    report = validate_repository(repo)
+    problem(report, ENSEMBLE, "steps form a cycle", "step 1 (preprocess) needs step 2 (classifier) needs step 1")
+    problem(report, ENSEMBLE, "ensemble input 'IMAGE'", "is used by no step")
+
+
+def test_data_types_must_agree_across_an_edge(repo):
+    edit(config(repo, "label_and_caption"), '{ name: "LOGITS", data_type: TYPE_FP32',
+         '{ name: "LOGITS", data_type: TYPE_FP16')
+    problem(validate_repository(repo), ENSEMBLE, "tensor 'logits'", "step 2 (classifier) output 'output' is TYPE_FP32",
+            "step 3 (label_and_caption) input 'LOGITS' expects TYPE_FP16")
+
+
+def test_dims_must_agree_across_an_edge(repo):
+    edit(config(repo, "label_and_caption"), '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 11 ] }',
+         '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 12 ] }')
+    problem(validate_repository(repo), ENSEMBLE, "tensor 'logits'", "dims [11]",
+            "input 'LOGITS' expects TYPE_FP32 dims [12]")
+
+
+def test_a_variable_dim_matches_any_size(repo):
+    edit(config(repo, "label_and_caption"), '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 11 ] }',
+         '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ -1 ] }')
+    assert validate_repository(repo).problems == []
+
+
+def test_a_step_batching_less_than_the_ensemble_is_an_error(repo):
+    edit(config(repo, "classifier"), "max_batch_size: 32", "max_batch_size: 16")
+    problem(validate_repository(repo), ENSEMBLE, "step 2 (classifier)",
+            "max_batch_size 16, smaller than the ensemble's 32")
+
+
+def test_a_step_without_batching_inside_a_batching_ensemble_is_an_error(repo):
+    edit(config(repo, "preprocess"), "max_batch_size: 32", "max_batch_size: 0")
+    report = validate_repository(repo)
+    problem(report, ENSEMBLE, "step 1 (preprocess)", "max_batch_size 0 inside an ensemble that batches", "'IMAGE'")
+    assert len(report.errors) == 1, report.text()  # not once more per edge
+
+
+# --- ensembles in ensembles --------------------------------------------------------------------------------
+
+def add_ensemble(repo: Path, name: str, inner: str, image: str = "IMAGE") -> None:
+    """An ensemble whose one step is the ensemble ``inner`` (food11_pipeline's interface)."""
+    (repo / name / "1").mkdir(parents=True)
+    config(repo, name).write_text(f'''
+name: "{name}"
+platform: "ensemble"
+max_batch_size: 32
+input [ {{ name: "PHOTO", data_type: TYPE_STRING, dims: [ 1 ] }} ]
+output [ {{ name: "LABEL", data_type: TYPE_STRING, dims: [ 1 ] }} ]
+ensemble_scheduling {{ step [ {{
+  model_name: "{inner}"
+  model_version: -1
+  input_map {{ key: "{image}", value: "PHOTO" }}
+  output_map {{ key: "LABEL", value: "LABEL" }}
+}} ] }}
+''')
+
+
+def test_an_ensemble_may_contain_an_ensemble(repo):
+    add_ensemble(repo, "labels_only", ENSEMBLE)
+    report = validate_repository(repo)
+    assert report.problems == [], report.text()
+
+
+def test_a_fault_in_an_outer_ensemble_names_its_step_and_the_inner_ensemble(repo):
+    add_ensemble(repo, "labels_only", ENSEMBLE, image="PHOTO")
+    report = validate_repository(repo)
+    problem(report, "labels_only", "step 1 (food11_pipeline)",
+            "input_map key 'PHOTO' is not an input of model 'food11_pipeline'")
+    problem(report, "labels_only", "input 'IMAGE' of model 'food11_pipeline' is not fed")
+
+
+def test_ensembles_containing_each_other_are_a_cycle(repo):
+    add_ensemble(repo, "loop_a", "loop_b", image="PHOTO")
+    add_ensemble(repo, "loop_b", "loop_a", image="PHOTO")
+    problem(validate_repository(repo), "loop_a", "ensembles contain each other in a cycle: loop_a -> loop_b -> loop_a")
+
+
+# --- BLS callees -------------------------------------------------------------------------------------------
+
+def test_a_bls_callee_missing_from_the_repository_is_an_error(repo):
+    edit(config(repo, "label_and_caption"), 'string_value: "captioner"', 'string_value: "blip_captioner"')
+    problem(validate_repository(repo), "label_and_caption", "BLS call to 'blip_captioner'", "not in the repository")
+
+
+def test_a_bls_callee_without_the_input_sent_is_an_error(repo):
+    edit(config(repo, "captioner"), '{ name: "PROMPT",', '{ name: "TEXT",')
+    report = validate_repository(repo)
+    problem(report, "label_and_caption", "BLS call to 'captioner'", "sends tensor 'PROMPT', which is not an input")
+    problem(report, "label_and_caption", "BLS call to 'captioner'", "does not send input 'TEXT'")
+
+
+def test_a_bls_callee_output_read_must_exist_with_its_type(repo):
+    edit(config(repo, "captioner"), '{ name: "CAPTION", data_type: TYPE_STRING',
+         '{ name: "CAPTION", data_type: TYPE_FP32')
+    problem(validate_repository(repo), "label_and_caption", "BLS call to 'captioner'",
+            "'captioner' output 'CAPTION' is TYPE_FP32")
+
+
+def test_a_bls_callee_with_other_dims_or_a_smaller_batch_is_an_error(repo):
+    edit(config(repo, "captioner"), "dims: [ 3, 384, 384 ]", "dims: [ 3, 224, 224 ]")
+    edit(config(repo, "captioner"), "max_batch_size: 32", "max_batch_size: 8")
+    report = validate_repository(repo)
+    problem(report, "label_and_caption", "tensor 'PIXEL_VALUES'",
+            "'captioner' input 'PIXEL_VALUES' expects TYPE_FP32 dims [3, 224, 224]")
+    problem(report, "label_and_caption", "'captioner' has max_batch_size 8, smaller than this step's 32")
+
+
+def test_a_forwarded_bls_tensor_must_be_the_callers_own_input(repo):
+    edit(config(repo, "label_and_caption"), '{ name: "PIXEL_VALUES", data_type: TYPE_FP32, dims: [ 3, 384, 384 ] }',
+         '{ name: "PIXEL_VALUES", data_type: TYPE_FP16, dims: [ 3, 384, 384 ] }')
+    problem(validate_repository(repo), "label_and_caption", "BLS call to 'captioner'",
+            "this step's input 'PIXEL_VALUES' is TYPE_FP16")
+
+
+# --- ONNX files --------------------------------------------------------------------------------------------
+
+def test_the_classifiers_onnx_file_must_match_its_config(repo):
+    # Both ends of the ensemble edge change together: only the ONNX file disagrees.
+    edit(config(repo, "classifier"), "dims: [ 11 ]", "dims: [ 12 ]")
+    edit(config(repo, "label_and_caption"), '"LOGITS", data_type: TYPE_FP32, dims: [ 11 ]',
+         '"LOGITS", data_type: TYPE_FP32, dims: [ 12 ]')
+    edit(config(repo, "classifier"), '{ name: "input",', '{ name: "pixels",')
+    edit(config(repo, ENSEMBLE), 'key: "input", value', 'key: "pixels", value')
+    report = validate_repository(repo)
+    problem(report, "classifier", "output 'output'", "the ONNX file has shape ['batch', 11], the config [12]")
+    problem(report, "classifier", "config input 'pixels' is not an input of ONNX model")
+    problem(report, "classifier", "has input 'input', which the config does not declare")
+    assert {p.model for p in report.errors} == {"classifier"}, report.text()
+
+
+def tiny_onnx(path: Path, batch: int | str = "batch", elem_type: int = TensorProto.FLOAT) -> None:
+    """A real one-op ONNX model: X [batch, 4] -> Relu -> Y [batch, 4]."""
+    graph = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"])], "tiny",
+                              [helper.make_tensor_value_info("X", elem_type, [batch, 4])],
+                              [helper.make_tensor_value_info("Y", elem_type, [batch, 4])])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model(graph), str(path))
+
+
+def add_onnx_model(repo: Path, dims: str = "4", extra: str = "") -> Path:
+    (repo / "tiny_onnx").mkdir()
+    config(repo, "tiny_onnx").write_text(f'''
+name: "tiny_onnx"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ {{ name: "X", data_type: TYPE_FP32, dims: [ {dims} ] }} ]
+output [ {{ name: "Y", data_type: TYPE_FP32, dims: [ 4 ] }} ]
+{extra}
+''')
+    return repo / "tiny_onnx" / "1"
+
+
+def test_an_onnxruntime_model_matching_its_file_is_valid(repo):
+    tiny_onnx(add_onnx_model(repo) / "model.onnx")
+    assert validate_repository(repo).problems == []
+
+
+def test_an_onnxruntime_model_whose_file_has_other_shapes_or_types(repo):
+    version = add_onnx_model(repo, dims="5")
+    tiny_onnx(version / "model.onnx")
+    problem(validate_repository(repo), "tiny_onnx", "input 'X'", "the ONNX file has shape ['batch', 4], the config [5]")
+    tiny_onnx(version / "model.onnx", elem_type=TensorProto.DOUBLE)
+    report = validate_repository(repo)
+    problem(report, "tiny_onnx", "input 'X'", "element type TYPE_FP64, the config says TYPE_FP32")
+    problem(report, "tiny_onnx", "output 'Y'", "element type TYPE_FP64")
+
+
+def test_an_onnx_file_with_a_fixed_batch_dimension_cannot_batch(repo):
+    tiny_onnx(add_onnx_model(repo) / "model.onnx", batch=1)
+    problem(validate_repository(repo), "tiny_onnx", "input 'X'",
+            "fixes the batch dimension to 1, but max_batch_size is 8")
+
+
+def test_an_onnxruntime_model_without_its_file_and_default_model_filename(repo):
+    version = add_onnx_model(repo, extra='default_model_filename: "tiny.onnx"')
+    tiny_onnx(version / "model.onnx")
+    problem(validate_repository(repo), "tiny_onnx", "tiny.onnx is missing")
+    (version / "model.onnx").rename(version / "tiny.onnx")
+    assert validate_repository(repo).problems == []
+
+
+# --- the command line --------------------------------------------------------------------------------------
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline_src.repository.validate", *args],
+                          capture_output=True, text=True, cwd=PROJECT_ROOT)
+
+
+def test_the_cli_lists_every_problem_and_exits_1_on_errors(repo):
+    edit(config(repo, ENSEMBLE), 'model_name: "classifier"', 'model_name: "classifierz"')
+    edit(config(repo, "preprocess"), 'string_value: "40000000"', 'string_value: "-1"')
+    result = run_cli(str(repo))
+    assert result.returncode == 1, result.stdout
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("ERROR food11_pipeline: step 2 (classifierz)") for line in lines), result.stdout
+    assert any(line.startswith("ERROR preprocess: ") and "max_pixels must be positive" in line for line in lines)
+    assert lines[-1].startswith("INVALID: ")
+
+
+def test_the_cli_exits_0_with_an_ok_summary_and_warnings_alone(repo):
+    result = run_cli(str(repo))
+    summary = f"OK: 5 model(s) in {repo} are consistent, 0 warning(s)"
+    assert (result.returncode, result.stdout.splitlines()) == (0, [summary])
+    edit(config(repo, "preprocess"), 'key: "settings"', 'key: "note"')
+    result = run_cli(str(repo))
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines()[0].startswith("WARNING preprocess: "), result.stdout
