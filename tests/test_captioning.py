@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
+import torch
 from transformers import BlipForConditionalGeneration
 
-from pipeline_src.steps.captioning import BlipCaptioner, standin_info
 from pipeline_src.model_build.blip_snapshot import STANDIN_SIZES, standin_config, standin_processor
+from pipeline_src.steps.captioning import BlipCaptioner, cpu_has_native_bf16, resolve_cpu_precision, standin_info
 
 PROMPTS = ["a photo of noodles/pasta,", "", "a photo of bread,"]
 
@@ -63,3 +64,25 @@ def test_one_batched_generate_equals_one_call_per_image(captioner, pixels):
 def test_prompt_count_must_match_image_count(captioner, pixels):
     with pytest.raises(ValueError, match="3 images but 2 prompts"):
         captioner.caption(pixels, PROMPTS[:2])
+
+
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("int8", torch.float32)])
+def test_reduced_cpu_precisions_load_and_caption_every_image_with_its_prompt(blip_dir, pixels, precision, dtype):
+    captioner = BlipCaptioner(str(blip_dir), cpu_precision=precision, max_new_tokens=8)
+    assert captioner.precision == precision and captioner.dtype == dtype
+    if precision == "int8":  # every Linear layer quantised, its weights stored as int8
+        linears = [m for m in captioner.model.modules() if isinstance(m, torch.nn.Linear)]
+        assert not linears, f"{len(linears)} Linear layers left in fp32"
+    captions = captioner.caption(pixels, PROMPTS)
+    assert len(captions) == 3 and all(c.startswith(p) for p, c in zip(PROMPTS, captions))
+
+
+def test_auto_precision_is_bf16_only_where_the_cpu_computes_bf16_natively(tmp_path):
+    expected = "bf16" if cpu_has_native_bf16() else "fp32"
+    assert resolve_cpu_precision("auto") == expected
+    assert resolve_cpu_precision("int8") == "int8"
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags\t\t: fpu avx2 avx512f\n")
+    assert not cpu_has_native_bf16(cpuinfo)
+    cpuinfo.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert cpu_has_native_bf16(cpuinfo)

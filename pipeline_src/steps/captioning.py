@@ -19,18 +19,51 @@ def standin_info(model_dir: str | Path) -> dict | None:
     return json.loads(marker.read_text()) if marker.exists() else None
 
 
-class BlipCaptioner:
-    """Wraps a local BLIP snapshot (``save_pretrained`` layout: model + processor files)."""
+CPU_FLAGS_WITH_NATIVE_BF16 = ("avx512_bf16", "amx_bf16")
 
-    def __init__(self, model_dir: str, device: str = "cpu", fp16: bool = False, **generation):
+
+def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU computes bf16 natively; without it bf16 matmuls are emulated and slower."""
+    try:
+        flags = set(cpuinfo.read_text().split())
+    except OSError:
+        return False
+    return any(flag in flags for flag in CPU_FLAGS_WITH_NATIVE_BF16)
+
+
+def resolve_cpu_precision(requested: str) -> str:
+    """``auto`` -> ``bf16`` on a CPU with native bf16, else ``fp32``; any other value as is."""
+    if requested == "auto":
+        return "bf16" if cpu_has_native_bf16() else "fp32"
+    return requested
+
+
+class BlipCaptioner:
+    """Wraps a local BLIP snapshot (``save_pretrained`` layout: model + processor files).
+
+    On a GPU: fp16 or fp32 weights. On a CPU, ``cpu_precision``: ``fp32`` (exact), ``bf16`` (bf16
+    weights), ``int8`` (dynamic int8 quantisation of every Linear layer: weights int8, activations
+    quantised per batch), or ``auto``.
+    """
+
+    def __init__(self, model_dir: str, device: str = "cpu", fp16: bool = False, cpu_precision: str = "fp32",
+                 torch_threads: int = 0, **generation):
         self.device = torch.device(device)
-        self.dtype = torch.float16 if fp16 and self.device.type == "cuda" else torch.float32
+        if torch_threads and self.device.type == "cpu":
+            torch.set_num_threads(torch_threads)  # process-wide: in Triton, this step's stub is its own process
+        if self.device.type == "cuda":
+            self.precision = "fp16" if fp16 else "fp32"
+        else:
+            self.precision = resolve_cpu_precision(cpu_precision)
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision, torch.float32)
         self.tokenizer = BlipProcessor.from_pretrained(model_dir).tokenizer
         # Left padding: BLIP's generate drops each row's last token ([SEP]), so the prompts must end
         # in the same column; generate derives position ids from the attention mask.
         self.tokenizer.padding_side = "left"
-        self.model = BlipForConditionalGeneration.from_pretrained(model_dir, dtype=self.dtype)
-        self.model.to(self.device).eval()
+        model = BlipForConditionalGeneration.from_pretrained(model_dir, dtype=self.dtype)
+        if self.precision == "int8":
+            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        self.model = model.to(self.device).eval()
         self.generation = {"do_sample": False, **generation}
 
     @torch.inference_mode()

@@ -23,10 +23,13 @@ class TritonPythonModel:
             str(model_dir),
             device=self.step.torch_device,
             fp16=settings.fp16_on_gpu,
+            cpu_precision=settings.cpu_precision,
+            torch_threads=settings.torch_threads,
             max_new_tokens=settings.max_new_tokens,
             num_beams=settings.num_beams,
             repetition_penalty=settings.repetition_penalty,
         )
+        self.step.logger.log_info(f"{self.step.name}: BLIP on {self.captioner.device} in {self.captioner.precision}")
 
     def execute(self, requests):
         pixels, sizes = stack_requests([input_array(request, "PIXEL_VALUES") for request in requests])

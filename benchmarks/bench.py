@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""``make bench``: the pipeline profiled with perf_analyzer and measured against its baselines, in one run.
+
+1. perf_analyzer sweeps the ensemble and each step alone over concurrency levels (count windows: a
+   caption takes seconds here), with Triton's per-model statistics for each run: mean batch size per
+   step, queue and compute time per request.
+2. The same Python load generator drives the product's HTTP API and baseline (a), the course's way: one
+   FastAPI process doing everything in-process, fp32, one request at a time.
+3. A soak at fixed concurrency, sampling the memory of every server process (tritonserver and the
+   stubs).
+4. Baseline (b), the limit: the same steps in-process with no server, batched at the best batch size,
+   and each step's compute time at batch 1.
+Same model files, same photos, same configuration as ``make serve``. Writes CSV, JSON, markdown and
+PNG plots under benchmarks/results/ (names from ``--name``). Not a test: nothing here asserts; the
+targets are computed and reported as met or missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from food11_client import AsyncFood11Client
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.in_process import InProcessPipeline, best_seconds, step_settings
+from pipeline_src.profiling.load import latency_summary, run_load
+from pipeline_src.profiling.perf_input import write_input_data
+from pipeline_src.profiling.photos import varied_photos
+from pipeline_src.profiling.plots import latency_plot, step_split_plot, throughput_plot
+from pipeline_src.profiling.report import commit_description, machine_description, markdown_table, write_csv
+from pipeline_src.profiling.triton_stats import counters_since, model_counters, server_memory_mib
+from pipeline_src.serving.launcher import TritonServer, free_port, free_ports, wait_for_http
+from pipeline_src.serving.serve import ApiProcess
+from pipeline_src.steps.captioning import standin_info
+
+RESULTS = PROJECT_ROOT / "benchmarks" / "results"
+ENSEMBLE = "food11_pipeline"
+STEPS = ("preprocess", "classifier", "label_and_caption", "captioner")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository",
+                        help="a built repository (make models); default: %(default)s")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--models", nargs="+", default=[ENSEMBLE, *STEPS])
+    parser.add_argument("--photos", type=int, default=12, help="distinct photos in the input data")
+    parser.add_argument("--window", type=int, default=16,
+                        help="perf_analyzer requests per count window (at least the concurrency is used)")
+    parser.add_argument("--compare-concurrency", type=int, nargs="+", default=[1, 8],
+                        help="levels at which the API and baseline (a) are driven")
+    parser.add_argument("--compare-requests", type=int, default=24, help="requests per path and level")
+    parser.add_argument("--soak-seconds", type=float, default=300.0)
+    parser.add_argument("--soak-concurrency", type=int, default=8)
+    parser.add_argument("--name", default="bench", help="results file names, without extension")
+    return parser.parse_args(argv)
+
+
+def perf_sweep(triton: TritonServer, input_files: dict[str, Path], args, scratch: Path) -> tuple[list, list]:
+    """perf_analyzer over every model and level: measurement rows, and the ensemble's per-step splits."""
+    rows, splits = [], []
+    for model in args.models:
+        for concurrency in args.concurrency:
+            before = model_counters(triton.grpc_url)
+            try:
+                measurement, stability = measure_stably(model, triton.grpc_url, input_files[model], concurrency,
+                                                        scratch / f"{model}_{concurrency}.csv",
+                                                        max(args.window, concurrency))
+            except perf_analyzer.PerfAnalyzerFailed as exc:
+                print(exc, file=sys.stderr, flush=True)
+                rows.append({"model": model, "concurrency": concurrency, "error": str(exc).splitlines()[-1]})
+                continue
+            stats = counters_since(triton.grpc_url, before)
+            row = {**measurement.__dict__, "stability_percentage": stability}
+            for step, figures in stats.items():
+                row[f"{step}_mean_batch"] = figures["mean_batch"]
+                row[f"{step}_queue_ms"] = figures["queue_ms"]
+                row[f"{step}_compute_ms"] = figures["compute_input_ms"] + figures["compute_infer_ms"] + figures[
+                    "compute_output_ms"]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            if model == ENSEMBLE:
+                splits.append({"concurrency": concurrency, "steps": step_split(row)})
+    return rows, splits
+
+
+def measure_stably(model: str, grpc_url: str, input_data: Path, concurrency: int, csv_path: Path,
+                   window: int) -> tuple[perf_analyzer.Measurement, int]:
+    """perf_analyzer's default stability (three windows within 10 %), loosened once if a slow, batching
+    model does not settle; the bound that held is reported with the figures."""
+    try:
+        return perf_analyzer.measure(model, grpc_url, input_data, concurrency, csv_path, window, 10), 10
+    except perf_analyzer.PerfAnalyzerFailed as exc:
+        if "stable measurement" not in str(exc):
+            raise
+    print(f"{model} at concurrency {concurrency}: not stable within 10 %, retrying within 25 %", flush=True)
+    return perf_analyzer.measure(model, grpc_url, input_data, concurrency, csv_path, window, 25), 25
+
+
+def step_split(row: dict) -> dict:
+    """Each step's own queue and compute time per ensemble request. The BLS step's compute includes its
+    wait on the captioner, which is the captioner's queue and compute: subtracted, so nothing counts twice."""
+    split = {step: {"queue_ms": row.get(f"{step}_queue_ms", 0.0), "compute_ms": row.get(f"{step}_compute_ms", 0.0)}
+             for step in STEPS}
+    captioner = split["captioner"]["queue_ms"] + split["captioner"]["compute_ms"]
+    split["label_and_caption"]["compute_ms"] = max(0.0, split["label_and_caption"]["compute_ms"] - captioner)
+    return split
+
+
+async def drive_http(url: str, photos: list[bytes], levels: list[int], total: int) -> list[dict]:
+    """POST /caption from ``len(levels)`` runs of the shared load generator."""
+    rows = []
+    async with httpx.AsyncClient(base_url=url, timeout=900) as http:
+        async def call(photo: bytes) -> None:
+            response = await http.post("/caption", files={"photo": ("photo.jpg", photo, "image/jpeg")})
+            response.raise_for_status()
+
+        await run_load(call, photos, 2, 2)  # warm-up
+        for concurrency in levels:
+            latencies, _, wall = await run_load(call, photos, concurrency, max(total, concurrency))
+            rows.append({"concurrency": concurrency, **latency_summary(latencies, wall)})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def course_baseline(repository: Path, photos: list[bytes], args) -> list[dict]:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "pipeline_src.profiling.course_server",
+                                "--repository", str(repository), "--port", str(port)])
+    try:
+        wait_for_http(process, f"http://127.0.0.1:{port}/healthz", 300, "the course-style server")
+        return asyncio.run(drive_http(f"http://127.0.0.1:{port}", photos, args.compare_concurrency,
+                                      args.compare_requests))
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def soak(triton: TritonServer, photos: list[bytes], concurrency: int, seconds: float) -> dict:
+    """Load at ``concurrency`` for ``seconds`` (bounded in count too), sampling server memory."""
+    samples: list[dict] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        started = time.monotonic()
+        while not stop.wait(0 if not samples else 10.0):
+            samples.append({"t_s": time.monotonic() - started, **server_memory_mib(triton.process.pid)})
+
+    async def load() -> tuple:
+        async with AsyncFood11Client(triton.grpc_url, timeout_s=900) as client:
+            async def call(photo: bytes) -> None:
+                await client.caption([photo])
+
+            return await run_load(call, photos, concurrency, 100_000, until=time.monotonic() + seconds)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    latencies, _, wall = asyncio.run(load())
+    stop.set()
+    sampler.join()
+    samples.append({"t_s": wall, **server_memory_mib(triton.process.pid)})
+    first, peak, last = samples[0]["pss_mib"], max(s["pss_mib"] for s in samples), samples[-1]["pss_mib"]
+    return {"concurrency": concurrency, "seconds": wall, **latency_summary(latencies, wall),
+            "pss_first_mib": first, "pss_peak_mib": peak, "pss_last_mib": last,
+            "growth_peak_over_first": peak / first - 1, "samples": samples}
+
+
+def offline_limit(repository: Path, photos: list[bytes], batches=(1, 2, 4, 8, 16)) -> dict:
+    """Baseline (b): the steps in-process, no server, in the server's configuration."""
+    pipeline = InProcessPipeline(repository)
+    step_ms = {step: seconds * 1000 for step, seconds in pipeline.step_seconds(photos[0]).items()}
+    print(json.dumps({"step_ms_batch_1": step_ms}), flush=True)
+    throughput = {}
+    for batch in batches:
+        chosen = [photos[i % len(photos)] for i in range(batch)]
+        throughput[batch] = batch / best_seconds(lambda: pipeline(chosen), repeats=1)
+        print(json.dumps({"offline_batch": batch, "img_per_s": throughput[batch]}), flush=True)
+    best = max(throughput, key=throughput.get)
+    return {"step_ms_batch_1": step_ms, "sum_step_ms_batch_1": sum(step_ms.values()),
+            "img_per_s_by_batch": throughput, "best_batch": best, "best_img_per_s": throughput[best],
+            "captioner_precision": pipeline.captioner.precision}
+
+
+def targets(rows: list[dict], api: list[dict], course: list[dict], soaked: dict, offline: dict) -> list[dict]:
+    def ensemble(concurrency: int) -> dict:
+        return next((r for r in rows if r["model"] == ENSEMBLE and r["concurrency"] == concurrency
+                     and "throughput" in r), {})
+
+    def at(table: list[dict], concurrency: int) -> dict:
+        return next((r for r in table if r["concurrency"] == concurrency), {})
+
+    checks = []
+    if ensemble(1):
+        ratio = ensemble(1)["p50_ms"] / offline["sum_step_ms_batch_1"]
+        checks.append({"target": "orchestration: ensemble p50 at c=1 / sum of in-process steps at batch 1",
+                       "goal": "<= 1.10", "value": ratio, "met": ratio <= 1.10})
+    for concurrency in (8, 16):
+        if ensemble(concurrency):
+            ratio = ensemble(concurrency)["throughput"] / offline["best_img_per_s"]
+            checks.append({"target": f"limit: ensemble throughput at c={concurrency} / offline best batch",
+                           "goal": ">= 0.90", "value": ratio, "met": ratio >= 0.9})
+    if at(api, 8) and at(course, 8):
+        ratio = at(api, 8)["throughput"] / at(course, 8)["throughput"]
+        checks.append({"target": "product API / course server throughput at c=8", "goal": ">= 2",
+                       "value": ratio, "met": ratio >= 2})
+        checks.append({"target": "product API p95 / course server p95 at c=8", "goal": "< 1",
+                       "value": at(api, 8)["p95_ms"] / at(course, 8)["p95_ms"],
+                       "met": at(api, 8)["p95_ms"] < at(course, 8)["p95_ms"]})
+    if soaked:
+        checks.append({"target": f"memory: peak PSS growth over {soaked['seconds']:.0f} s at c={soaked['concurrency']}",
+                       "goal": "<= 10 %", "value": soaked["growth_peak_over_first"],
+                       "met": soaked["growth_peak_over_first"] <= 0.10})
+    return checks
+
+
+def write_results(name: str, result: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    subtitle = f"{result['blip']}, commit {result['commit']}\n{result['machine']}"
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_csv(RESULTS / f"{name}.csv", result["perf_analyzer"])
+    measured = [row for row in result["perf_analyzer"] if "throughput" in row]
+    throughput_plot(RESULTS / f"{name}_throughput.png", measured, subtitle)
+    latency_plot(RESULTS / f"{name}_latency.png", measured, ENSEMBLE, subtitle)
+    if result["step_split"]:
+        step_split_plot(RESULTS / f"{name}_step_split.png", result["step_split"], subtitle)
+    write_markdown(RESULTS / f"{name}.md", name, result)
+
+
+def write_markdown(path: Path, name: str, result: dict) -> None:
+    sections = [
+        (f"Benchmark: {result['blip']}", [
+            f"Machine: {result['machine']}. Commit {result['commit']}. Captioner on the CPU in "
+            f"{result['offline']['captioner_precision']}. Command: `{result['command']}`. Plots: "
+            f"`{name}_throughput.png`, `{name}_latency.png`, `{name}_step_split.png`; every row in `{name}.csv`.",
+            f"Server memory (PSS of tritonserver and its {result['memory_before']['processes'] - 1} stub processes): "
+            f"{result['memory_before']['pss_mib']:.0f} MiB after warm-up, {result['memory_after']['pss_mib']:.0f} MiB "
+            f"at the end (RSS {result['memory_before']['rss_mib']:.0f} / {result['memory_after']['rss_mib']:.0f} MiB)."],
+         ["target", "goal", "value", "met"], result["targets"]),
+        ("perf_analyzer (latency in ms; mean batch per step from Triton's statistics)", [],
+         ["model", "concurrency", "throughput", "p50_ms", "p95_ms", "p99_ms", "stability_percentage", "preprocess_mean_batch",
+          "classifier_mean_batch", "captioner_mean_batch", "captioner_queue_ms", "captioner_compute_ms", "error"],
+         result["perf_analyzer"]),
+        ("Through the HTTP API vs baseline (a), the course's server (same load generator)", [],
+         ["path", "concurrency", "requests", "throughput", "p50_ms", "p95_ms", "p99_ms"],
+         [{"path": "product API", **row} for row in result["api"]] +
+         [{"path": "course server", **row} for row in result["course"]]),
+        ("Baseline (b): in-process, no server", [
+            "Each step's compute at batch 1 (ms): " + ", ".join(
+                f"{step} {ms:.1f}" for step, ms in result["offline"]["step_ms_batch_1"].items())
+            + f"; sum {result['offline']['sum_step_ms_batch_1']:.0f} ms."],
+         ["batch", "img_per_s"], [{"batch": b, "img_per_s": v} for b, v in result["offline"]["img_per_s_by_batch"].items()]),
+    ]
+    parts = [markdown_table(title, paragraphs, columns, rows, level=1 if index == 0 else 2)
+             for index, (title, paragraphs, columns, rows) in enumerate(sections)]
+    if result.get("soak"):
+        soak = result["soak"]
+        parts.append(
+            f"## Soak\n\n{soak['requests']} requests in {soak['seconds']:.0f} s at concurrency {soak['concurrency']}: "
+            f"{soak['throughput']:.2f} req/s, p50 {soak['p50_ms']:.0f} ms, p99 {soak['p99_ms']:.0f} ms. Server PSS "
+            f"{soak['pss_first_mib']:.0f} MiB first, {soak['pss_peak_mib']:.0f} MiB peak, {soak['pss_last_mib']:.0f} MiB "
+            f"last ({soak['growth_peak_over_first'] * 100:+.1f} % peak over first).\n")
+    path.write_text("\n".join(parts))
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    repository = args.repository.resolve()
+    standin = standin_info(repository / "captioner" / "1" / step_settings(repository, "captioner").model_dir)
+    photos = varied_photos(args.photos)
+    scratch = PROJECT_ROOT / "build" / "bench"
+    scratch.mkdir(parents=True, exist_ok=True)
+    input_files = write_input_data(repository, photos, scratch / "perf_input")
+
+    with TritonServer(repository, scratch / "triton", free_ports(), log_file=scratch / "tritonserver.log") as triton:
+        asyncio.run(_warm_up(triton.grpc_url, photos))
+        memory_before = server_memory_mib(triton.process.pid)
+        rows, splits = perf_sweep(triton, input_files, args, scratch)
+        api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
+        try:
+            api.wait_until_alive()
+            api_rows = asyncio.run(drive_http(api.url, photos, args.compare_concurrency, args.compare_requests))
+        finally:
+            api.stop()
+        soaked = soak(triton, photos, args.soak_concurrency, args.soak_seconds) if args.soak_seconds > 0 else {}
+        memory_after = server_memory_mib(triton.process.pid)
+    course_rows = course_baseline(repository, photos, args)
+    offline = offline_limit(repository, photos)
+
+    result = {
+        "blip": f"BLIP stand-in {standin['size']} (random weights)" if standin else "BLIP (real weights)",
+        "machine": machine_description(), "commit": commit_description(),
+        "command": " ".join(["python", "benchmarks/bench.py", *sys.argv[1:]]),
+        "photos": len(photos), "memory_before": memory_before, "memory_after": memory_after,
+        "perf_analyzer": rows, "step_split": splits, "api": api_rows, "course": course_rows,
+        "soak": soaked, "offline": offline,
+    }
+    result["targets"] = targets(rows, api_rows, course_rows, soaked, offline)
+    write_results(args.name, result)
+    print((RESULTS / f"{args.name}.md").read_text())
+
+
+async def _warm_up(grpc_url: str, photos: list[bytes]) -> None:
+    """Every step run once with a full batch, so lazy initialisation is not measured."""
+    async with AsyncFood11Client(grpc_url, timeout_s=900) as client:
+        await client.caption(photos[:4])
+
+
+if __name__ == "__main__":
+    main()

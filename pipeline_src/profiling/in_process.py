@@ -1,0 +1,96 @@
+"""The pipeline's steps run in this process, with no server: the offline limit a server is measured
+against, and the building block of the course-style baseline. Same model files, same settings
+(read from the repository's configs), same code as the Triton steps."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from pipeline_src.steps.captioning import BlipCaptioner
+from pipeline_src.steps.classification import caption_plan, predict
+from pipeline_src.steps.imaging import image_tensors
+from pipeline_src.steps.onnx_classifier import OnnxClassifier
+from pipeline_src.steps.settings import StepSettings, declared_settings_class
+
+
+def step_settings(repository: Path, model: str) -> StepSettings:
+    """A Python step's typed settings, as its config.pbtxt sets them."""
+    config = text_format.Parse((repository / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    parameters = {key: value.string_value for key, value in config.parameters.items()}
+    return declared_settings_class(parameters).from_parameters(parameters)
+
+
+@dataclass(frozen=True)
+class Answer:
+    label: str
+    probability: float
+    caption: str
+
+
+class InProcessPipeline:
+    """preprocess -> classifier -> label and prompt -> captioner, as plain function calls."""
+
+    def __init__(self, repository: Path, **captioner_overrides):
+        self.repository = repository
+        self.preprocess_settings = step_settings(repository, "preprocess")
+        classifier = step_settings(repository, "classifier")
+        self.labelling = step_settings(repository, "label_and_caption")
+        self.captioner_settings = step_settings(repository, "captioner").replace(**captioner_overrides)
+        self.classifier = OnnxClassifier(str(repository / "classifier" / "1" / classifier.onnx_file),
+                                         intra_op_threads=classifier.intra_op_threads)
+
+    @cached_property
+    def captioner(self) -> BlipCaptioner:
+        """Loaded on first use: making inputs for the other steps does not need BLIP."""
+        settings = self.captioner_settings
+        return BlipCaptioner(str(self.repository / "captioner" / "1" / settings.model_dir),
+                             cpu_precision=settings.cpu_precision, torch_threads=settings.torch_threads,
+                             max_new_tokens=settings.max_new_tokens,
+                             num_beams=settings.num_beams, repetition_penalty=settings.repetition_penalty)
+
+    def preprocess(self, photos: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        tensors = [image_tensors(photo, self.preprocess_settings.max_pixels) for photo in photos]
+        return np.stack([t.classifier for t in tensors]), np.stack([t.captioner for t in tensors])
+
+    def prompts(self, logits: np.ndarray) -> tuple[list, list[str]]:
+        predictions = [predict(row) for row in logits]
+        plans = [caption_plan(p, self.labelling.prompt_template, self.labelling.confidence_threshold)
+                 for p in predictions]
+        return predictions, [prompt for prompt, _ in plans]
+
+    def __call__(self, photos: Sequence[bytes]) -> list[Answer]:
+        classifier_pixels, captioner_pixels = self.preprocess(photos)
+        predictions, prompts = self.prompts(self.classifier.logits(classifier_pixels))
+        captions = self.captioner.caption(captioner_pixels, prompts)
+        return [Answer(p.label, p.probability, c) for p, c in zip(predictions, captions)]
+
+    def step_seconds(self, photo: bytes, repeats: int = 3) -> dict[str, float]:
+        """Each step's compute time for one photo (batch 1), best of ``repeats``."""
+        classifier_pixels, captioner_pixels = self.preprocess([photo])
+        logits = self.classifier.logits(classifier_pixels)
+        _, prompts = self.prompts(logits)
+        return {
+            "preprocess": best_seconds(lambda: self.preprocess([photo]), repeats),
+            "classifier": best_seconds(lambda: self.classifier.logits(classifier_pixels), repeats),
+            "label_and_prompt": best_seconds(lambda: self.prompts(logits), repeats),
+            "captioner": best_seconds(lambda: self.captioner.caption(captioner_pixels, prompts), repeats),
+        }
+
+
+def best_seconds(work: Callable[[], object], repeats: int) -> float:
+    """The fastest of ``repeats`` timed runs, after one untimed warm-up run."""
+    work()
+    timings = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        timings.append(time.perf_counter() - started)
+    return min(timings)

@@ -1,0 +1,139 @@
+"""perf_analyzer, as the ``tritonclient==2.50.0`` wheel ships it, made runnable here.
+
+The wheel puts the binary in the virtualenv's ``bin/``; it links ``libb64.so.0d`` (Debian's
+``libb64-0d``) and ``libcudart.so.12`` (PyPI's ``nvidia-cuda-runtime-cu12``, a ``bench`` extra). It
+needs no GPU: cudart is only loaded. ``food11-perf-analyzer ARGS`` runs it with both libraries on
+the library path; ``food11-perf-analyzer --install`` fetches libb64 (``apt-get install`` as root, else
+``apt-get download`` unpacked into the virtualenv, leaving the system alone).
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes.util
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+VENV_BIN = Path(sys.executable).parent
+LOCAL_LIBB64 = VENV_BIN.parent / "opt" / "libb64"  # where a non-root install unpacks the Debian package
+LIBB64_PACKAGE = "libb64-0d"
+
+
+class PerfAnalyzerMissing(RuntimeError):
+    """perf_analyzer or a library it needs is not installed; the message says how to install it."""
+
+
+def binary() -> Path:
+    path = VENV_BIN / "perf_analyzer"
+    if not path.exists():
+        raise PerfAnalyzerMissing(f"{path} is missing: pip install tritonclient[grpc]==2.50.0")
+    return path
+
+
+def _cudart_dir() -> Path:
+    spec = importlib.util.find_spec("nvidia.cuda_runtime")
+    if spec is None or not spec.submodule_search_locations:
+        raise PerfAnalyzerMissing("libcudart.so.12 is missing: pip install nvidia-cuda-runtime-cu12==12.9.79 "
+                                  "(or make perf-analyzer)")
+    return Path(next(iter(spec.submodule_search_locations))) / "lib"
+
+
+def _local_libb64_dirs() -> list[Path]:
+    return sorted(path.parent for path in LOCAL_LIBB64.glob("usr/lib/*/libb64.so.0d"))
+
+
+def library_path() -> str:
+    """LD_LIBRARY_PATH for perf_analyzer: cudart from the virtualenv, libb64 from the system or the venv."""
+    dirs = [_cudart_dir(), *_local_libb64_dirs()]
+    if not _local_libb64_dirs() and not ctypes.util.find_library("b64"):
+        raise PerfAnalyzerMissing(f"libb64.so.0d is missing: apt-get install {LIBB64_PACKAGE} "
+                                  "(or make perf-analyzer)")
+    return os.pathsep.join(filter(None, [*map(str, dirs), os.environ.get("LD_LIBRARY_PATH")]))
+
+
+def environment() -> dict[str, str]:
+    return dict(os.environ, LD_LIBRARY_PATH=library_path())
+
+
+def command(*args: str) -> list[str]:
+    return [str(binary()), *args]
+
+
+def install_libb64() -> None:
+    """Debian's libb64-0d: installed system-wide as root, else unpacked into the virtualenv."""
+    if ctypes.util.find_library("b64") or _local_libb64_dirs():
+        return
+    if shutil.which("apt-get") is None:
+        raise PerfAnalyzerMissing(f"no apt-get here: install {LIBB64_PACKAGE} (libb64.so.0d) by hand")
+    if os.geteuid() == 0:
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", LIBB64_PACKAGE], check=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        subprocess.run(["apt-get", "download", LIBB64_PACKAGE], cwd=scratch, check=True)
+        (package,) = Path(scratch).glob("*.deb")
+        subprocess.run(["dpkg-deb", "-x", str(package), str(LOCAL_LIBB64)], check=True)
+
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One perf_analyzer run at one concurrency: its CSV row, latencies in milliseconds."""
+    model: str
+    concurrency: int
+    throughput: float  # inferences per second
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    mean_ms: float
+
+    @classmethod
+    def from_csv(cls, model: str, path: Path) -> "Measurement":
+        with open(path, newline="") as handle:
+            row = next(csv.DictReader(handle))
+        ms = {key: float(row[column]) / 1000.0 for key, column in
+              (("p50_ms", "p50 latency"), ("p95_ms", "p95 latency"), ("p99_ms", "p99 latency"),
+               ("mean_ms", "Avg latency"))}
+        return cls(model, int(row["Concurrency"]), float(row["Inferences/Second"]), **ms)
+
+
+class PerfAnalyzerFailed(RuntimeError):
+    """perf_analyzer exited non-zero; the message carries the end of its output."""
+
+
+def measure(model: str, grpc_url: str, input_data: Path, concurrency: int, csv_path: Path,
+            requests_per_window: int = 16, stability_percentage: int = 10, max_trials: int = 10) -> Measurement:
+    """perf_analyzer at one concurrency over gRPC, in count windows: a slow model (seconds per
+    request) finishes too few requests in a time window for its measurements to stabilise."""
+    args = ["-m", model, "-u", grpc_url, "-i", "grpc", "--input-data", str(input_data),
+            "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "count_windows",
+            "--measurement-request-count", str(requests_per_window), "--stability-percentage",
+            str(stability_percentage), "--max-trials", str(max_trials), "-f", str(csv_path), "--verbose-csv"]
+    done = subprocess.run(command(*args), env=environment(), capture_output=True, text=True)
+    if done.returncode != 0 or not csv_path.exists():
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise PerfAnalyzerFailed(f"perf_analyzer on {model} at concurrency {concurrency} exited "
+                                 f"{done.returncode}:\n{tail}")
+    return Measurement.from_csv(model, csv_path)
+
+
+def main(argv=None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args == ["--install"]:
+            install_libb64()
+            args = ["--version"]
+        os.execve(str(binary()), command(*args), environment())
+    except PerfAnalyzerMissing as exc:
+        sys.exit(f"food11-perf-analyzer: {exc}")
+
+
+if __name__ == "__main__":
+    main()
