@@ -8,6 +8,7 @@ from tritonclient.grpc import model_config_pb2
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.steps import settings
+from pipeline_src.steps.top_labels import TopLabelsSettings, check_output_dims
 
 REPOSITORY = PROJECT_ROOT / "model_repository"
 CONFIG_FILES = sorted(REPOSITORY.glob("*/config.pbtxt"))
@@ -16,6 +17,7 @@ STEP_SETTINGS = {
     "classifier": settings.ClassifierSettings,
     "label_and_caption": settings.LabelAndCaptionSettings,
     "captioner": settings.CaptionerSettings,
+    "top_labels": TopLabelsSettings,  # the worked example of docs/EXTENDING.md
 }
 
 
@@ -27,9 +29,10 @@ CONFIGS = {path.parent.name: load(path) for path in CONFIG_FILES}
 ENSEMBLES = [name for name, config in CONFIGS.items() if config.platform == "ensemble"]
 
 
-def test_the_repository_holds_four_steps_and_the_ensemble():
-    assert set(CONFIGS) == {"preprocess", "classifier", "label_and_caption", "captioner", "food11_pipeline"}
-    assert ENSEMBLES == ["food11_pipeline"]
+def test_the_repository_holds_five_steps_and_two_ensembles():
+    assert set(CONFIGS) == {"preprocess", "classifier", "label_and_caption", "captioner", "top_labels",
+                            "food11_pipeline", "food11_pipeline_topk"}
+    assert ENSEMBLES == ["food11_pipeline", "food11_pipeline_topk"]
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -50,7 +53,7 @@ def test_python_steps_have_a_model_file_and_valid_parameters(name):
 def test_cpu_only_steps_are_pinned_to_the_cpu_and_model_steps_follow_the_hardware():
     kinds = {name: {group.kind for group in CONFIGS[name].instance_group} for name in STEP_SETTINGS}
     cpu, auto = model_config_pb2.ModelInstanceGroup.KIND_CPU, model_config_pb2.ModelInstanceGroup.KIND_AUTO
-    assert kinds["preprocess"] == {cpu} and kinds["label_and_caption"] == {cpu}
+    assert kinds["preprocess"] == {cpu} and kinds["label_and_caption"] == {cpu} and kinds["top_labels"] == {cpu}
     assert kinds["classifier"] == {auto} and kinds["captioner"] == {auto}
 
 
@@ -86,3 +89,14 @@ def test_ensemble_wiring_is_consistent(ensemble):
             available[ensemble_tensor] = model_outputs[model_output]
     for name, spec in tensors(config.output).items():
         assert available.get(name) == spec, f"ensemble output {name} not produced as declared"
+
+
+def test_top_labels_declares_k_labels_per_photo_and_the_topk_ensemble_returns_them():
+    config = CONFIGS["top_labels"]
+    k = TopLabelsSettings.from_parameters({key: value.string_value for key, value in config.parameters.items()}).k
+    check_output_dims(k, {output.name: list(output.dims) for output in config.output})  # raises on a mismatch
+    outputs = tensors(CONFIGS["food11_pipeline_topk"].output)
+    assert outputs["TOP_LABELS"][1] == outputs["TOP_PROBABILITIES"][1] == [k]
+    # The same four outputs as food11_pipeline, declared alike, plus the top k.
+    assert {name: spec for name, spec in outputs.items() if not name.startswith("TOP_")} == tensors(
+        CONFIGS["food11_pipeline"].output)

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.validate import Report, Severity, validate_repository
 
-STEP_MODELS = ("captioner", "classifier", "label_and_caption", "preprocess")
+STEP_MODELS = ("captioner", "classifier", "label_and_caption", "preprocess", "top_labels")
 
 
 @pytest.fixture
@@ -49,8 +49,8 @@ def test_the_built_repository_is_valid_without_a_single_problem(model_repository
     report = validate_repository(model_repository)
     assert report.problems == [], report.text()
     assert report.ok
-    assert sorted(report.models) == sorted([*STEP_MODELS, "food11_pipeline"])
-    assert report.summary().startswith("OK: 5 model(s)")
+    assert sorted(report.models) == sorted([*STEP_MODELS, "food11_pipeline", "food11_pipeline_topk"])
+    assert report.summary().startswith("OK: 7 model(s)")
 
 
 def test_validation_needs_neither_torch_nor_transformers(model_repository):
@@ -213,7 +213,8 @@ def test_a_step_without_batching_inside_a_batching_ensemble_is_an_error(repo):
     edit(config(repo, "preprocess"), "max_batch_size: 32", "max_batch_size: 0")
     report = validate_repository(repo)
     problem(report, ENSEMBLE, "step 1 (preprocess)", "max_batch_size 0 inside an ensemble that batches", "'IMAGE'")
-    assert len(report.errors) == 1, report.text()  # not once more per edge
+    # once per ensemble using preprocess, not once more per edge
+    assert sorted(p.model for p in report.errors) == [ENSEMBLE, "food11_pipeline_topk"], report.text()
 
 
 # --- ensembles in ensembles --------------------------------------------------------------------------------
@@ -301,7 +302,8 @@ def test_the_classifiers_onnx_file_must_match_its_config(repo):
     edit(config(repo, "label_and_caption"), '"LOGITS", data_type: TYPE_FP32, dims: [ 11 ]',
          '"LOGITS", data_type: TYPE_FP32, dims: [ 12 ]')
     edit(config(repo, "classifier"), '{ name: "input",', '{ name: "pixels",')
-    edit(config(repo, ENSEMBLE), 'key: "input", value', 'key: "pixels", value')
+    for ensemble in (ENSEMBLE, "food11_pipeline_topk"):  # both ensembles feed the classifier
+        edit(config(repo, ensemble), 'key: "input", value', 'key: "pixels", value')
     report = validate_repository(repo)
     problem(report, "classifier", "output 'output'", "the ONNX file has shape ['batch', 11], the config [12]")
     problem(report, "classifier", "config input 'pixels' is not an input of ONNX model")
@@ -380,7 +382,7 @@ def test_the_cli_lists_every_problem_and_exits_1_on_errors(repo):
 
 def test_the_cli_exits_0_with_an_ok_summary_and_warnings_alone(repo):
     result = run_cli(str(repo))
-    summary = f"OK: 5 model(s) in {repo} are consistent, 0 warning(s)"
+    summary = f"OK: 7 model(s) in {repo} are consistent, 0 warning(s)"
     assert (result.returncode, result.stdout.splitlines()) == (0, [summary])
     edit(config(repo, "preprocess"), 'key: "settings"', 'key: "note"')
     result = run_cli(str(repo))
