@@ -162,7 +162,7 @@ class CaptionerSettings(StepSettings):
     repetition_penalty: float = 1.0
     fp16_on_gpu: bool = True
     # How BLIP computes on a CPU instance: fp32 (exact), bf16 (bf16 weights), int8 (dynamic int8
-    # quantisation of the Linear layers), or auto (bf16 where the CPU has native bf16, else fp32).
+    # quantisation of the Linear layers), or auto (bf16 where the CPU has native bf16, else int8).
     cpu_precision: str = "fp32"
     torch_threads: int = 0  # torch intra-op threads on a CPU instance (0: torch's default)
 
