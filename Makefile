@@ -2,7 +2,7 @@
 #             in the foreground; Ctrl-C stops both.
 # make test:  set up, run the whole test suite (it builds its own tiny models and starts its own Triton).
 # make bench: profile the ensemble and each step with perf_analyzer, with the baselines; figures and
-#             plots in benchmarks/results/ (about 30 minutes on 2 CPU cores with the base stand-in).
+#             plots in benchmarks/results/ (about 50 minutes on 2 CPU cores with the base stand-in).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -37,8 +37,10 @@ $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT): | $(VENV)/.installed
 
 models: $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT)
 
+# Triton takes its trace file only at start-up; tracing stays off until turned on (README, "Tracing").
 serve: models
-	$(BIN)/python scripts/serve.py --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+	$(BIN)/python scripts/serve.py --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
+		-- --trace-config=triton,file=$(CURDIR)/logs/trace.json
 
 # The page test drives Debian's Chromium; installed here when this is a Debian machine and we are root.
 browser:

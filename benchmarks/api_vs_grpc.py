@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -24,10 +22,11 @@ import tritonclient.grpc.aio as grpcclient_aio
 
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.model_build.cli import build_repository_copy
 from pipeline_src.profiling.load import run_load
 from pipeline_src.profiling.photos import base_photos
+from pipeline_src.profiling.report import commit_description, machine_description
+from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.serving.serve import ApiProcess
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
@@ -152,8 +151,8 @@ def main(argv=None) -> None:
 
     result = {
         "blip": f"BLIP stand-in {args.blip_standin}" if not args.repository else f"repository {args.repository}",
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU" if not Path("/dev/nvidia0").exists()
-                   else f"{platform.machine()}, {os.cpu_count()} CPUs, GPU",
+        "machine": machine_description(),
+        "commit": commit_description(),
         "photos": len(photos),
         "requests_per_path_and_level": args.requests * args.rounds,
         "command": " ".join(["python", "benchmarks/api_vs_grpc.py", *sys.argv[1:]]),

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -30,6 +28,7 @@ import tritonclient.grpc as grpcclient
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling.load import latency_summary
+from pipeline_src.profiling.report import commit_description, machine_description
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
@@ -238,8 +237,8 @@ def main(argv: list[str] | None = None) -> None:
         sizes.append({"shape": list(shape), "bytes": int(np.prod(shape)) * 4, "paths": figures,
                       "comparisons": comparisons(figures)})
     result = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
-                   f"{'GPU' if Path('/dev/nvidia0').exists() else 'no GPU'}",
+        "machine": machine_description(),
+        "commit": commit_description(),
         "server": f"2.51 (nvidia-pytriton {version('nvidia-pytriton')})",
         "requests_per_path": args.requests * args.rounds, "rounds": args.rounds, "warmup": args.warmup,
         "command": " ".join(["python", "benchmarks/bls_hop.py", *sys.argv[1:]]),

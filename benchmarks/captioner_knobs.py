@@ -46,6 +46,8 @@ KNOBS = [
     Knob("fp32 (exact)", note="the reference"),
     Knob("fp32, 1 torch thread", threads=1, note="what a second busy process leaves"),
     Knob("int8 dynamic quantisation", precision="int8", note="Linear layers int8; image by image, as served"),
+    Knob("int8, 1 torch thread", precision="int8", threads=1,
+         note="one of two captioner instances sharing 2 cores"),
     Knob("int8, whole batch in one generate", precision="int8", whole_batch=True,
          note="not served: per-batch activation scales make a caption depend on its batch mates"),
     Knob("fp32, torch.compile(vision encoder)", compile_vision=True),

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from pipeline_src.profiling.trace_summary import read_traces, summary_lines
+
 pytestmark = pytest.mark.integration
 ENSEMBLE = "food11_pipeline"
 STEPS = ("preprocess", "classifier", "label_and_caption")  # the ensemble's own steps
@@ -28,32 +30,20 @@ def _settings(triton_grpc, model_name="") -> dict[str, list[str]]:
     return {name: setting.get("value", []) for name, setting in response["settings"].items()}
 
 
-def _wait_for_new_trace(trace_file: Path, known: set[Path], timeout_s: float = 60.0) -> list[dict]:
-    """The entries of the trace file Triton writes once the traced request is released (which can be
-    just after the client has its response); a file still being written is read again."""
+def _wait_for_new_trace(trace_file: Path, known: set[Path], timeout_s: float = 60.0) -> Path:
+    """The trace file Triton writes once the traced request is released (which can be just after the
+    client has its response); a file still being written is read again."""
     deadline = time.monotonic() + timeout_s
     while True:
         for path in sorted(set(trace_file.parent.glob(f"{trace_file.name}.*")) - known):
             try:
-                return json.loads(path.read_text())
+                json.loads(path.read_text())
+                return path
             except json.JSONDecodeError:
                 pass
         if time.monotonic() > deadline:
             raise AssertionError(f"no new trace file next to {trace_file} after {timeout_s:.0f} s")
         time.sleep(0.1)
-
-
-def _traces(entries: list[dict]) -> dict[int, dict]:
-    """Trace id -> {"model_name", "request_id", "parent_id", "ns": {timestamp name: ns}}."""
-    traces: dict[int, dict] = {}
-    for entry in entries:
-        trace = traces.setdefault(entry["id"], {"ns": {}})
-        if "model_name" in entry:
-            trace.update(model_name=entry["model_name"], request_id=entry.get("request_id", ""),
-                         parent_id=entry.get("parent_id", 0))
-        for stamp in entry.get("timestamps", []):
-            trace["ns"][stamp["name"]] = stamp["ns"]
-    return traces
 
 
 def test_one_traced_request_shows_all_four_steps_with_the_captioner_under_the_bls_step(triton_grpc, photos):
@@ -73,7 +63,8 @@ def test_one_traced_request_shows_all_four_steps_with_the_captioner_under_the_bl
     assert _settings(triton_grpc, ENSEMBLE)["trace_level"] == ["OFF"]
     assert response.as_numpy("CAPTION_STATUS")[0, 0] == b"ok"
 
-    traces = _traces(_wait_for_new_trace(trace_file, known))
+    trace_path = _wait_for_new_trace(trace_file, known)
+    traces = read_traces(trace_path)
     (root_id,) = [i for i, t in traces.items() if (t.get("model_name"), t.get("request_id")) == (ENSEMBLE, request_id)]
     assert traces[root_id]["parent_id"] == 0
     steps = {t["model_name"]: i for i, t in traces.items() if t.get("parent_id") == root_id}
@@ -97,3 +88,9 @@ def test_one_traced_request_shows_all_four_steps_with_the_captioner_under_the_bl
     for step_id in steps.values():
         assert ensemble["REQUEST_START"] <= traces[step_id]["ns"]["REQUEST_START"] <= ensemble["REQUEST_END"]
     assert bls["COMPUTE_START"] <= captioner["REQUEST_START"] <= captioner["COMPUTE_START"] <= bls["COMPUTE_END"]
+
+    # scripts/trace_summary.py shows the same tree: the captioner one level under label_and_caption.
+    lines = summary_lines(traces)
+    assert [line.split()[0] for line in lines[1:]] == [ENSEMBLE, "preprocess", "classifier", "label_and_caption",
+                                                        "captioner"], lines
+    assert lines[5].startswith("    captioner") and lines[4].startswith("  label_and_caption")

@@ -116,6 +116,7 @@ def measure(model: str, grpc_url: str, input_data: Path, concurrency: int, csv_p
             "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "count_windows",
             "--measurement-request-count", str(requests_per_window), "--stability-percentage",
             str(stability_percentage), "--max-trials", str(max_trials), "-f", str(csv_path), "--verbose-csv"]
+    csv_path.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
     done = subprocess.run(command(*args), env=environment(), capture_output=True, text=True)
     if done.returncode != 0 or not csv_path.exists():
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])

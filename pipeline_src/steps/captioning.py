@@ -67,8 +67,8 @@ class BlipCaptioner:
         self.model = model.to(self.device).eval()
         self.generation = {"do_sample": False, **generation}
         # int8 dynamic quantisation scales activations per tensor, that is over the whole batch: a
-        # caption would depend on its batch mates. So int8 generates image by image (0.90x of its
-        # batch-8 throughput here); the other precisions batch freely (None: no limit).
+        # caption would depend on its batch mates. So int8 generates image by image (its whole-batch
+        # generate was no faster here); the other precisions batch freely (None: no limit).
         self.rows_per_generate: int | None = 1 if self.precision == "int8" else None
 
     def caption(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
