@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
+from pipeline_src.repository.loading import parse_config
 from pipeline_src.steps.captioning import BlipCaptioner
 from pipeline_src.steps.classification import caption_plan, predict
 from pipeline_src.steps.imaging import image_tensors
@@ -23,7 +21,7 @@ from pipeline_src.steps.settings import StepSettings, declared_settings_class
 
 def step_settings(repository: Path, model: str) -> StepSettings:
     """A Python step's typed settings, as its config.pbtxt sets them."""
-    config = text_format.Parse((repository / model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    config = parse_config(repository / model / "config.pbtxt")
     parameters = {key: value.string_value for key, value in config.parameters.items()}
     return declared_settings_class(parameters).from_parameters(parameters)
 

@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
-
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling.in_process import InProcessPipeline
+from pipeline_src.repository.loading import parse_config
 
 PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif"}
 DEFAULT_OUTPUT = PROJECT_ROOT / "build" / "perf_input"
@@ -59,7 +57,7 @@ def model_inputs(repository: Path) -> dict[str, list[str]]:
     """Each model of the repository and the names of its inputs."""
     inputs = {}
     for config_file in sorted(repository.glob("*/config.pbtxt")):
-        config = text_format.Parse(config_file.read_text(), model_config_pb2.ModelConfig())
+        config = parse_config(config_file)
         inputs[config.name] = [tensor.name for tensor in config.input]
     return inputs
 
