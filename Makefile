@@ -11,6 +11,8 @@ BIN := $(VENV)/bin
 BLIP_STANDIN ?= base
 BUILD_ARGS ?=
 BENCH_ARGS ?=
+# Bind address of Triton (HTTP, gRPC, metrics) and the API: this machine only unless set (0.0.0.0: the network).
+HOST ?= 127.0.0.1
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
@@ -39,7 +41,7 @@ models: $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT)
 
 # Triton takes its trace file only at start-up; tracing stays off until turned on (README, "Tracing").
 serve: models
-	$(BIN)/python scripts/serve.py --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
+	$(BIN)/python scripts/serve.py --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
 		-- --trace-config=triton,file=$(CURDIR)/logs/trace.json
 
 # The page test drives Debian's Chromium; installed here when this is a Debian machine and we are root.

@@ -1,12 +1,16 @@
-"""scripts/serve.py: Triton (and the API) ready on the ports asked for, clean stop on SIGTERM/SIGINT."""
+"""scripts/serve.py: Triton (and the API) ready on the ports asked for, on loopback only; a quiet, clean
+stop on Ctrl-C, SIGTERM or SIGHUP; no server outliving serve.py, even SIGKILLed; taken ports named."""
 
 import contextlib
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
 
+import psutil
 import pytest
 
 from pipeline_src import PROJECT_ROOT
@@ -26,7 +30,9 @@ def serving(model_repository, tmp_path, *extra):
     """scripts/serve.py running until it says it is ready; killed afterwards if a test left it running."""
     ports = free_ports()
     command = serve_command(model_repository, tmp_path, ports, *extra)
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A session of its own, as a terminal gives a foreground job: Ctrl-C is then SIGINT to the whole group.
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
     try:
         for line in process.stdout:
             if "Ctrl-C stops everything" in line or "error" in line.lower() or "exited" in line:
@@ -36,6 +42,16 @@ def serving(model_repository, tmp_path, *extra):
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def servers_of(process) -> list[psutil.Process]:
+    """tritonserver, its backend stubs and the API: everything serve.py started."""
+    return psutil.Process(process.pid).children(recursive=True)
+
+
+def listening_addresses(servers) -> set[str]:
+    return {conn.laddr.ip for server in servers for conn in server.net_connections("inet")
+            if conn.status == psutil.CONN_LISTEN}
 
 
 def get_status(url):
@@ -53,15 +69,50 @@ def test_triton_alone_starts_and_stops_cleanly_on_sigterm(model_repository, tmp_
         get_status(f"http://127.0.0.1:{ports.http}/v2/health/live")
 
 
-def test_triton_and_api_start_and_stop_together_on_ctrl_c(model_repository, tmp_path):
+def test_triton_and_api_listen_on_loopback_only_and_stop_quietly_on_ctrl_c(model_repository, tmp_path):
     api_port = free_port()
     with serving(model_repository, tmp_path, "--api-port", str(api_port)) as (ports, process):
         assert get_status(f"http://127.0.0.1:{api_port}/readyz") == 200
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=120) == 0
+        servers = servers_of(process)
+        # Triton's gRPC listens on an IPv6 socket bound to the IPv4-mapped loopback address.
+        assert listening_addresses(servers) <= {"127.0.0.1", "::ffff:127.0.0.1"}
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole foreground group
+        output, _ = process.communicate(timeout=120)
+        assert process.returncode == 0
+    assert "Traceback" not in output and "CancelledError" not in output, output
+    assert "SIGINT: stopping" in output
     for url in (f"http://127.0.0.1:{api_port}/healthz", f"http://127.0.0.1:{ports.http}/v2/health/live"):
         with pytest.raises(OSError):
             get_status(url)
+    assert not [server for server in servers if server.is_running()]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGKILL])
+def test_no_server_outlives_serve_py(model_repository, tmp_path, signum):
+    """SIGHUP (the terminal closed) stops the servers in order; SIGKILL leaves serve.py no say, so the
+    kernel's parent-death signal stops them."""
+    with serving(model_repository, tmp_path, "--api-port", str(free_port())) as (ports, process):
+        servers = servers_of(process)
+        assert {server.name() for server in servers} >= {"tritonserver", "triton_python_backend_stub"}
+        process.send_signal(signum)
+        process.wait(timeout=120)
+        _, alive = psutil.wait_procs(servers, timeout=120)
+    assert not alive, [server.cmdline()[:2] for server in alive]
+    with pytest.raises(OSError):
+        get_status(f"http://127.0.0.1:{ports.http}/v2/health/live")
+
+
+def test_a_port_in_use_is_named_before_anything_starts(model_repository, tmp_path):
+    ports = free_ports()
+    with socket.socket() as squatter:
+        squatter.bind(("0.0.0.0", ports.grpc))  # e.g. a Triton left over from an earlier run, on every interface
+        squatter.listen()
+        result = subprocess.run(serve_command(model_repository, tmp_path, ports, "--no-api"),
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"error: port {ports.grpc} (Triton gRPC, --grpc-port) on 127.0.0.1 is already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "server.log").exists()  # tritonserver never ran
 
 
 def test_a_broken_repository_is_refused_before_tritonserver_starts(model_repository, tmp_path):

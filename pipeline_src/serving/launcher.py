@@ -7,6 +7,8 @@ version. The stub must sit in the backend directory, so a private one is assembl
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import importlib.util
 import os
 import shutil
@@ -34,6 +36,14 @@ class Ports:
     http: int = 8000
     grpc: int = 8001
     metrics: int = 8002
+
+
+LOOPBACK = "127.0.0.1"
+
+
+def reachable_host(bind_address: str) -> str:
+    """Where a local client reaches a server bound to ``bind_address`` (the wildcard means loopback)."""
+    return LOOPBACK if bind_address in ("0.0.0.0", "") else bind_address
 
 
 def free_port() -> int:
@@ -66,6 +76,57 @@ def wait_for_http(process: subprocess.Popen, url: str, timeout_s: float, name: s
             return
         time.sleep(0.25)
     raise ServerStartError(f"{name} not ready after {timeout_s:.0f} s")
+
+
+class PortInUseError(ServerStartError):
+    """A port a server needs is taken, typically by a server left over from an earlier run."""
+
+
+def check_ports_free(address: str, ports: dict[str, int]) -> None:
+    """PortInUseError naming the first taken port, before anything is started.
+
+    Probes bind as the servers will (SO_REUSEADDR, so a socket in TIME_WAIT from a server stopped a
+    moment ago does not count as taken); a port taken on the wildcard address also conflicts here.
+    """
+    for role, port in ports.items():
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((address, port))
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                raise PortInUseError(
+                    f"port {port} ({role}) on {address} is already in use, perhaps by a server from an earlier "
+                    f"run: see who holds it with `ss -ltnp 'sport = :{port}'` and stop it, or pick another port"
+                ) from None
+
+
+_PR_SET_PDEATHSIG = 1
+# Resolved before any fork: the child runs only this call between fork and exec.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+
+
+def _die_with_parent(parent_pid: int):
+    """preexec_fn: the kernel sends the child SIGTERM when its parent dies, however the parent ends
+    (SIGKILL included), so no server outlives the process that started it."""
+    def arm() -> None:
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent_pid:  # the parent died before the signal was armed
+            os._exit(1)
+    return arm
+
+
+def spawn(command: list[str], env: dict[str, str] | None = None, **popen_args) -> subprocess.Popen:
+    """Start a server process that dies with this one and gets no signal meant for this one.
+
+    Its own session: Ctrl-C in a terminal reaches only the caller, which stops its servers in order, once.
+    PR_SET_PDEATHSIG belongs to the thread that forks: call this from a thread that lives as long as the
+    server (the main thread does).
+    """
+    return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+                            **popen_args)
 
 
 def stop_process(process: subprocess.Popen, timeout_s: float, whole_group: bool = False) -> int:
@@ -120,10 +181,13 @@ class TritonServer:
     """A tritonserver process on a model repository; a context manager that always stops it."""
 
     def __init__(self, model_repository: Path, work_dir: Path, ports: Ports = Ports(),
-                 log_file: Path | None = None, extra_args: tuple[str, ...] = (), binary: Path | None = None):
+                 log_file: Path | None = None, extra_args: tuple[str, ...] = (), binary: Path | None = None,
+                 address: str = LOOPBACK):
         self.model_repository = Path(model_repository).resolve()
         self.work_dir = Path(work_dir).resolve()
         self.ports = ports
+        # tritonserver listens on every interface unless told: loopback unless the caller says otherwise.
+        self.address = address
         self.log_file = Path(log_file or self.work_dir / "tritonserver.log").resolve()
         self.extra_args = tuple(extra_args)
         self.binary = binary
@@ -131,11 +195,15 @@ class TritonServer:
 
     @property
     def http_url(self) -> str:
-        return f"127.0.0.1:{self.ports.http}"
+        return f"{reachable_host(self.address)}:{self.ports.http}"
 
     @property
     def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.ports.grpc}"
+        return f"{reachable_host(self.address)}:{self.ports.grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{reachable_host(self.address)}:{self.ports.metrics}"
 
     def command(self) -> list[str]:
         if self.binary:
@@ -145,9 +213,9 @@ class TritonServer:
                        f"--backend-directory={_bundled_backend_dir(self.work_dir)}"]
         return command + [
             f"--model-repository={self.model_repository}",
-            f"--http-port={self.ports.http}",
-            f"--grpc-port={self.ports.grpc}",
-            f"--metrics-port={self.ports.metrics}",
+            f"--http-address={self.address}", f"--http-port={self.ports.http}",
+            f"--grpc-address={self.address}", f"--grpc-port={self.ports.grpc}",
+            f"--metrics-address={self.address}", f"--metrics-port={self.ports.metrics}",
             *self.extra_args,
         ]
 
@@ -165,8 +233,7 @@ class TritonServer:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             # Own process group: stopping it also stops the backend stubs it spawned.
-            self.process = subprocess.Popen(self.command(), env=self.environment(), stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = spawn(self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT)
         try:
             self.wait_until_ready(ready_timeout_s)
         except BaseException:

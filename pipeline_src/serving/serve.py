@@ -1,7 +1,9 @@
-"""Run the servers in the foreground until Ctrl-C or SIGTERM: ``python scripts/serve.py``.
+"""Run the servers in the foreground until Ctrl-C, SIGTERM or SIGHUP: ``python scripts/serve.py``.
 
-The model repository is validated first (food11-validate): with an error, Triton is not started.
-Then Triton (waiting until it is ready), then the FastAPI front pointed at it; stopped in reverse.
+The model repository is validated first (food11-validate): with an error, Triton is not started. Every
+port is checked free before anything starts. Then Triton (waiting until it is ready), then the FastAPI
+front pointed at it; stopped in reverse. Both listen on 127.0.0.1 unless ``--host`` (FOOD11_HOST) says
+otherwise, and both die with this process however it ends (the kernel's parent-death signal).
 """
 
 from __future__ import annotations
@@ -9,15 +11,17 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
-import threading
+import time
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.validate import validate_repository
-from pipeline_src.serving.launcher import (Ports, ServerStartError, TritonServer, TritonStartError,
-                                   stop_process, wait_for_http)
+from pipeline_src.serving.launcher import (LOOPBACK, Ports, PortInUseError, ServerStartError, TritonServer,
+                                           TritonStartError, check_ports_free, reachable_host, spawn, stop_process,
+                                           wait_for_http)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal was closed
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -34,8 +38,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-api", action="store_true", help="start Triton only")
     parser.add_argument("--skip-validation", action="store_true",
                         help="start Triton without validating the model repository first (for experts)")
-    parser.add_argument("--api-host", default=os.environ.get("FOOD11_API_HOST", "127.0.0.1"),
-                        help="API bind address (default: %(default)s; FOOD11_API_HOST)")
+    parser.add_argument("--host", default=os.environ.get("FOOD11_HOST", LOOPBACK),
+                        help="bind address of every server, Triton's HTTP, gRPC and metrics and the API's "
+                             "(default: %(default)s, this machine only; 0.0.0.0 serves the network; FOOD11_HOST)")
     parser.add_argument("--api-port", type=int, default=int(os.environ.get("FOOD11_API_PORT", "8080")),
                         help="API port (default: %(default)s; FOOD11_API_PORT)")
     parser.add_argument("extra", nargs="*", help="more tritonserver flags, after --")
@@ -46,9 +51,9 @@ class ApiProcess:
     """``python -m food11_api`` as a child process, configured through FOOD11_API_* variables."""
 
     def __init__(self, host: str, port: int, triton_grpc_url: str):
-        self.url = f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{port}"
+        self.url = f"http://{reachable_host(host)}:{port}"
         env = dict(os.environ, FOOD11_API_HOST=host, FOOD11_API_PORT=str(port), FOOD11_API_TRITON_URL=triton_grpc_url)
-        self.process = subprocess.Popen([sys.executable, "-m", "food11_api"], env=env)
+        self.process = spawn([sys.executable, "-m", "food11_api"], env=env)
 
     def wait_until_alive(self, timeout_s: float = 60.0) -> None:
         wait_for_http(self.process, f"{self.url}/healthz", timeout_s, f"the API on {self.url}")
@@ -68,44 +73,73 @@ def validate_or_exit(model_repository: Path) -> None:
         sys.exit(1)
 
 
+class StopRequested(Exception):
+    """A stop signal arrived; raised in the main thread wherever it is, start-up included."""
+
+
+def _stop_requested(signum, _frame):
+    raise StopRequested(signal.Signals(signum).name)
+
+
+def _ignore_further_stop_signals() -> None:
+    """While stopping: a second Ctrl-C must not interrupt the orderly shutdown with a traceback."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def wait_while_running(server: TritonServer, api: ApiProcess | None) -> bool:
+    """Until a stop signal (True) or until a server exits on its own (False)."""
+    try:
+        while server.process.poll() is None and (api is None or api.process.poll() is None):
+            time.sleep(1.0)
+    except StopRequested as stop:
+        print(f"{stop}: stopping ...", flush=True)
+        return True
+    print(f"a server exited; tritonserver log tail:\n{server.log_tail()}", file=sys.stderr, flush=True)
+    return False
+
+
+def start_api(args, server: TritonServer) -> ApiProcess:
+    api = ApiProcess(args.host, args.api_port, server.grpc_url)
+    try:
+        api.wait_until_alive()
+    except ServerStartError as exc:
+        api.stop()
+        raise ServerStartError(f"the API did not start: {exc}") from None
+    print(f"API ready: {api.url} (Swagger: {api.url}/docs, photo page: {api.url}/)", flush=True)
+    return api
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if not args.skip_validation:
-        validate_or_exit(args.model_repository)
-    server = TritonServer(args.model_repository, args.work_dir, Ports(args.http_port, args.grpc_port, args.metrics_port),
-                          log_file=args.log_file, extra_args=tuple(args.extra), binary=args.tritonserver)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    print(f"tritonserver starting on {args.model_repository} (log: {server.log_file})", flush=True)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _stop_requested)
+    server, api, stopped = None, None, False
     try:
+        if not args.skip_validation:
+            validate_or_exit(args.model_repository)
+        ports = Ports(args.http_port, args.grpc_port, args.metrics_port)
+        check_ports_free(args.host, {"Triton HTTP, --http-port": ports.http, "Triton gRPC, --grpc-port": ports.grpc,
+                                     "Triton metrics, --metrics-port": ports.metrics,
+                                     **({} if args.no_api else {"API, --api-port": args.api_port})})
+        server = TritonServer(args.model_repository, args.work_dir, ports, log_file=args.log_file,
+                              extra_args=tuple(args.extra), binary=args.tritonserver, address=args.host)
+        print(f"tritonserver starting on {args.model_repository} (log: {server.log_file})", flush=True)
         server.start(args.ready_timeout)
-    except TritonStartError as exc:
-        print(exc, file=sys.stderr)
-        sys.exit(1)
-    print(f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics :{args.metrics_port}", flush=True)
-    api = None
-    if not args.no_api:
-        api = ApiProcess(args.api_host, args.api_port, server.grpc_url)
-        try:
-            api.wait_until_alive()
-        except ServerStartError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            api.stop()
-            server.stop()
-            sys.exit(1)
-        print(f"API ready: {api.url} (Swagger: {api.url}/docs, photo page: {api.url}/)", flush=True)
-    print("Ctrl-C stops everything.", flush=True)
-    failed = False
-    while not stop.wait(1.0):
-        if server.process.poll() is not None or (api and api.process.poll() is not None):
-            print(f"a server exited; tritonserver log tail:\n{server.log_tail()}", file=sys.stderr)
-            failed = True
-            break
-    print("stopping ...", flush=True)
-    api_code = api.stop() if api else 0
-    triton_code = server.stop()
-    sys.exit(1 if failed or api_code or triton_code else 0)
+        print(f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics {server.metrics_url}",
+              flush=True)
+        api = None if args.no_api else start_api(args, server)
+        print("Ctrl-C stops everything.", flush=True)
+        stopped = wait_while_running(server, api)
+    except StopRequested as stop:
+        print(f"{stop} during start-up: stopping ...", file=sys.stderr, flush=True)
+        stopped = True
+    except (PortInUseError, TritonStartError, ServerStartError) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+    finally:
+        _ignore_further_stop_signals()
+        codes = [api.stop() if api else 0, server.stop() if server else 0]
+    sys.exit(0 if stopped and not any(codes) else 1)
 
 
 if __name__ == "__main__":
