@@ -15,6 +15,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from food11_api.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, unless_disconnected
 from food11_api.middleware import (BodySizeLimitMiddleware, RequestIdMiddleware, ServerTimingMiddleware,
                                    error_response)
 from food11_api.schemas import CaptionResponse, ErrorResponse, Health, PredictRequest, PredictResponse
@@ -68,6 +69,12 @@ async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
     return error_body(request, status, str(exc))
 
 
+async def client_disconnected(request: Request, exc: ClientDisconnected) -> Response:
+    log.info("request %s: %s %s: the client disconnected; its Triton call was cancelled",
+             request.state.request_id, request.method, request.url.path)
+    return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; it is what logs and metrics count
+
+
 async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("request %s: %s %s -> 500", request.state.request_id, request.method, request.url.path)
     return error_body(request, 500, f"internal error (request id {request.state.request_id})")
@@ -79,7 +86,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # One asyncio gRPC channel for the whole process, opened at start-up, closed at shutdown.
-        app.state.client = AsyncFood11Client(settings.triton_url, settings.model_name, timeout_s=settings.deadline_s)
+        app.state.client = AsyncFood11Client(settings.triton_url, settings.model_name, timeout_s=settings.deadline_s,
+                                             lb_policy=settings.grpc_lb_policy)
         yield
         await app.state.client.close()
 
@@ -94,14 +102,16 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.add_exception_handler(PipelineError, pipeline_error)
+    app.add_exception_handler(ClientDisconnected, client_disconnected)
     app.add_exception_handler(Exception, unexpected_error)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_upload_bytes)
     app.add_middleware(ServerTimingMiddleware)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, 413 included, carries the id
 
-    async def caption_one(client: AsyncFood11Client, image: bytes, response: Response) -> CaptionResult:
+    async def caption_one(request: Request, client: AsyncFood11Client, image: bytes,
+                          response: Response) -> CaptionResult:
         started = time.perf_counter()
-        (result,) = await client.caption([image])
+        (result,) = await unless_disconnected(request, client.caption([image]))
         # Server-Timing: the time spent waiting on Triton, so callers can tell pipeline from API time.
         response.headers["Server-Timing"] = f"triton;dur={(time.perf_counter() - started) * 1000:.2f}"
         return result
@@ -109,15 +119,15 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     @app.post("/caption", response_model=CaptionResponse, responses=ERROR_RESPONSES, tags=["caption"],
               summary="Caption an uploaded photo")
     async def caption(photo: Annotated[UploadFile, File(description="JPEG, PNG, WebP, BMP or GIF")],
-                      client: Client, response: Response) -> CaptionResponse:
+                      client: Client, request: Request, response: Response) -> CaptionResponse:
         started = time.perf_counter()
-        result = await caption_one(client, await photo.read(), response)
+        result = await caption_one(request, client, await photo.read(), response)
         return CaptionResponse(**result.to_dict(), elapsed_ms=(time.perf_counter() - started) * 1000)
 
     @app.post("/predict", response_model=PredictResponse, responses=ERROR_RESPONSES, tags=["caption"],
               summary="Caption a base64-encoded photo (the course's JSON endpoint)")
-    async def predict(body: PredictRequest, client: Client, response: Response) -> PredictResponse:
-        result = await caption_one(client, body.image, response)
+    async def predict(body: PredictRequest, client: Client, request: Request, response: Response) -> PredictResponse:
+        result = await caption_one(request, client, body.image, response)
         return PredictResponse(prediction=result.label, probability=result.probability, caption=result.caption,
                                caption_status=result.caption_status)
 

@@ -8,11 +8,36 @@ from typing import Sequence
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcclient_aio
+from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
 from tritonclient.utils import InferenceServerException
 
 DEFAULT_URL = "127.0.0.1:8001"
 DEFAULT_MODEL = "food11_pipeline"
 OUTPUTS = ("LABEL", "PROBABILITY", "CAPTION", "CAPTION_STATUS")
+
+
+def channel_args(lb_policy: str = "round_robin") -> list[tuple[str, object]]:
+    """tritonclient's own channel defaults, plus two choices for a service that must keep answering.
+
+    - ``round_robin``: each request goes to the next address the target resolves to. With one address it
+      changes nothing; with a Kubernetes headless Service (``dns:///food11-triton:8001``, one address per
+      Triton pod) it balances per request, where a ClusterIP Service would pin the one connection to a pod.
+    - A short reconnect backoff: gRPC waits up to 120 s between reconnect attempts by default, so a
+      Triton that comes back would go unused for minutes; here within about a second.
+    """
+    keepalive = KeepAliveOptions()
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", keepalive.keepalive_permit_without_calls),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.lb_policy_name", lb_policy),
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.min_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
 
 
 @dataclass(frozen=True)
@@ -80,12 +105,14 @@ def _results(response) -> list[CaptionResult]:
 
 
 class Food11Client:
-    """Blocking client. ``caption([jpeg_bytes, png_bytes])`` -> one ``CaptionResult`` per image, in order."""
+    """Blocking client. ``caption([jpeg_bytes, png_bytes])`` -> one ``CaptionResult`` per image, in order.
+    ``url`` is any gRPC target: ``host:port``, ``dns:///host:port``, ``ipv4:a:port,b:port``."""
 
-    def __init__(self, url: str = DEFAULT_URL, model: str = DEFAULT_MODEL, timeout_s: float | None = None):
+    def __init__(self, url: str = DEFAULT_URL, model: str = DEFAULT_MODEL, timeout_s: float | None = None,
+                 lb_policy: str = "round_robin"):
         self.model = model
         self.timeout_s = timeout_s
-        self._client = grpcclient.InferenceServerClient(url)
+        self._client = grpcclient.InferenceServerClient(url, channel_args=channel_args(lb_policy))
 
     def caption(self, images: Sequence[bytes]) -> list[CaptionResult]:
         try:
@@ -114,10 +141,11 @@ class Food11Client:
 class AsyncFood11Client:
     """asyncio client: one channel, many concurrent ``await caption(...)`` calls."""
 
-    def __init__(self, url: str = DEFAULT_URL, model: str = DEFAULT_MODEL, timeout_s: float | None = None):
+    def __init__(self, url: str = DEFAULT_URL, model: str = DEFAULT_MODEL, timeout_s: float | None = None,
+                 lb_policy: str = "round_robin"):
         self.model = model
         self.timeout_s = timeout_s
-        self._client = grpcclient_aio.InferenceServerClient(url)
+        self._client = grpcclient_aio.InferenceServerClient(url, channel_args=channel_args(lb_policy))
 
     async def caption(self, images: Sequence[bytes], timeout_s: float | None = None) -> list[CaptionResult]:
         try:

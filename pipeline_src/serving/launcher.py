@@ -11,6 +11,7 @@ import ctypes
 import errno
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import socket
@@ -245,7 +246,19 @@ class TritonServer:
         try:
             wait_for_http(self.process, f"http://{self.http_url}/v2/health/ready", timeout_s, "tritonserver")
         except ServerStartError as exc:
-            raise TritonStartError(f"{exc}:\n{self.log_tail()}") from None
+            failures = self.load_failures()
+            if failures:  # the reason, first line only: the Python traceback under it is in the log
+                raise TritonStartError(f"{exc}: a step failed to load:\n" + "\n".join(
+                    f"  {model}: {reason}" for model, reason in failures) + f"\n(full log: {self.log_file})") from None
+            raise TritonStartError(f"{exc}; tritonserver log tail:\n{self.log_tail()}") from None
+
+    def load_failures(self) -> list[tuple[str, str]]:
+        """(model, reason) for every model whose load failed, from Triton's log."""
+        try:
+            log = self.log_file.read_text(errors="replace")
+        except FileNotFoundError:
+            return []
+        return re.findall(r"failed to load '([^']+)' version \d+: (.*?)(?:\\n|\"$)", log, flags=re.MULTILINE)
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -1,0 +1,36 @@
+"""Stop working for a client that has gone: cancelling the awaited gRPC call cancels the Triton request."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, TypeVar
+
+from starlette.requests import Request
+
+T = TypeVar("T")
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that closed the connection before the answer
+
+
+class ClientDisconnected(Exception):
+    """The HTTP client closed its connection while the pipeline was working for it."""
+
+
+async def _until_disconnected(request: Request, poll_s: float) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(poll_s)
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T], poll_s: float = 0.25) -> T:
+    """``await work``, unless the client disconnects first: then ``work`` is cancelled and
+    ClientDisconnected raised. A caption takes seconds on a CPU; nobody should wait on it for no one."""
+    call = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_until_disconnected(request, poll_s))
+    try:
+        done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not call.done():
+            call.cancel()
+    if call in done:
+        return call.result()
+    raise ClientDisconnected

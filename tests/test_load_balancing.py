@@ -1,0 +1,67 @@
+"""Per-request balancing over several Tritons behind one name, as a Kubernetes headless Service gives:
+two real tritonservers on 127.0.0.1 and 127.0.0.2 (same gRPC port), one target resolving to both."""
+
+import httpx
+import pytest
+import tritonclient.grpc as grpcclient
+
+from conftest import PHOTOS_DIR
+from pipeline_src.serving.launcher import Ports, TritonServer, free_port
+
+pytestmark = pytest.mark.integration
+
+APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def two_tritons(model_repository, tmp_path_factory):
+    grpc_port = free_port()
+    servers = []
+    for address in ("127.0.0.1", "127.0.0.2"):  # Linux routes all of 127.0.0.0/8 to loopback
+        ports = Ports(http=free_port(), grpc=grpc_port, metrics=free_port())
+        # The ensemble and its three steps only: the captioner (a BLS callee, slow to load) is not needed
+        # to count where requests go; captions then come back empty with captioner_error.
+        servers.append(TritonServer(model_repository, tmp_path_factory.mktemp("balanced"), ports, address=address,
+                                    extra_args=("--model-control-mode=explicit", "--load-model=food11_pipeline")))
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def ensemble_requests(server: TritonServer) -> int:
+    raw = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        stats = raw.get_inference_statistics("food11_pipeline", as_json=True)
+    finally:
+        raw.close()
+    return int(stats["model_stats"][0]["inference_stats"]["success"].get("count", 0))
+
+
+def served_per_server(servers, api_url, requests: int) -> list[int]:
+    before = [ensemble_requests(server) for server in servers]
+    with httpx.Client(timeout=120) as http:
+        for _ in range(requests):
+            response = http.post(f"{api_url}/caption", files={"photo": ("apple.jpg", APPLE, "image/jpeg")})
+            assert response.status_code == 200 and response.json()["label"] == "Vegetable/Fruit"
+    return [ensemble_requests(server) - count for server, count in zip(servers, before)]
+
+
+def test_round_robin_spreads_requests_over_every_address_of_the_target(two_tritons, api_factory):
+    port = two_tritons[0].ports.grpc
+    api = api_factory(triton_url=f"ipv4:127.0.0.1:{port},127.0.0.2:{port}")  # the default policy: round_robin
+    served = served_per_server(two_tritons, api.url, 10)
+    assert sum(served) == 10
+    # Each address gets its share, in turn ([5, 5] once both connections are up; the first requests may
+    # all go to the first address while the second connection is still being made).
+    assert all(count > 0 for count in served), served
+
+
+def test_pick_first_would_pin_every_request_to_one_server(two_tritons, api_factory):
+    """The control: what a plain ClusterIP Service amounts to (one connection, one pod)."""
+    port = two_tritons[0].ports.grpc
+    api = api_factory(triton_url=f"ipv4:127.0.0.1:{port},127.0.0.2:{port}", grpc_lb_policy="pick_first")
+    assert sorted(served_per_server(two_tritons, api.url, 6)) == [0, 6]
