@@ -130,7 +130,7 @@ def test_a_client_that_hangs_up_gets_its_triton_call_cancelled_and_the_api_serve
     api = api_factory(triton_url=server.grpc_url)
     request = httpx.Request("POST", f"{api.url}/caption", files={"photo": ("a.jpg", APPLE, "image/jpeg")},
                             headers={"X-Request-ID": "hangs-up-1"})
-    head = f"POST /caption HTTP/1.1\r\nHost: test\r\n" + "".join(
+    head = "POST /caption HTTP/1.1\r\nHost: test\r\n" + "".join(
         f"{name}: {value}\r\n" for name, value in request.headers.items() if name.lower() != "host")
     with caplog.at_level(logging.INFO, logger="food11_api"):
         with socket.create_connection(("127.0.0.1", api.port), timeout=30) as connection:

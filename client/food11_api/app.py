@@ -14,8 +14,10 @@ from fastapi import Depends, FastAPI, File, Request, Response, UploadFile
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.formparsers import MultiPartParser
 
 from food11_api.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, unless_disconnected
+from food11_api.metrics import instrument
 from food11_api.middleware import (BodySizeLimitMiddleware, RequestIdMiddleware, ServerTimingMiddleware,
                                    error_response)
 from food11_api.schemas import CaptionResponse, ErrorResponse, Health, PredictRequest, PredictResponse
@@ -101,12 +103,16 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    # Uploads stay in memory (the body limit bounds them) instead of spilling past 1 MB into a temp file:
+    # no request bytes reach the filesystem.
+    MultiPartParser.spool_max_size = max(MultiPartParser.spool_max_size, settings.max_upload_bytes)
     app.add_exception_handler(PipelineError, pipeline_error)
     app.add_exception_handler(ClientDisconnected, client_disconnected)
     app.add_exception_handler(Exception, unexpected_error)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_upload_bytes)
     app.add_middleware(ServerTimingMiddleware)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every response, 413 included, carries the id
+    app.add_middleware(RequestIdMiddleware)  # every response, 413 included, carries the id
+    instrument(app)  # outermost: counts every answer, the middlewares' own included
 
     async def caption_one(request: Request, client: AsyncFood11Client, image: bytes,
                           response: Response) -> CaptionResult:

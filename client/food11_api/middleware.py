@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 
 from starlette.responses import JSONResponse
 
 REQUEST_ID_HEADER = b"x-request-id"
+# A caller's id goes into logs and headers: only a plain token is taken (no control characters, no
+# terminal escapes, no newlines to forge log lines); anything else gets a fresh id.
+SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def error_response(status: int, detail: str, request_id: str, **headers: str) -> JSONResponse:
@@ -21,7 +25,8 @@ def _request_id(scope) -> str:
 
 
 class RequestIdMiddleware:
-    """Takes the caller's X-Request-ID (or makes one), puts it in ``request.state`` and the response."""
+    """Takes the caller's X-Request-ID if it is a plain token (else makes one), puts it in ``request.state``
+    and the response."""
 
     def __init__(self, app):
         self.app = app
@@ -30,7 +35,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         given = dict(scope["headers"]).get(REQUEST_ID_HEADER, b"").decode("latin-1")
-        request_id = given if given and len(given) <= 128 else uuid.uuid4().hex
+        request_id = given if SAFE_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
 
         async def send_with_id(message):

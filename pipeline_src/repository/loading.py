@@ -11,6 +11,7 @@ from tritonclient.grpc import model_config_pb2
 from pipeline_src.repository.report import Report
 
 CONFIG_FILE = "config.pbtxt"
+CONFIG_VARIANTS_DIR = "configs"  # Triton's custom model configurations: configs/<name>.pbtxt
 ENSEMBLE_PLATFORM = "ensemble"
 
 
@@ -48,13 +49,21 @@ def describe_parse_error(path: Path, exc: text_format.ParseError) -> str:
     return f"{path}: {message}"
 
 
-def load_models(repository: Path, report: Report) -> dict[str, ModelEntry]:
-    """Every model folder of ``repository`` with its config and version folders; problems go to ``report``."""
+def config_path_for(directory: Path, config_name: str | None) -> Path:
+    """The file Triton reads for this model: ``configs/<name>.pbtxt`` when started with
+    ``--model-config-name=<name>`` and the model has one, else ``config.pbtxt``."""
+    variant = directory / CONFIG_VARIANTS_DIR / f"{config_name}.pbtxt"
+    return variant if config_name and variant.is_file() else directory / CONFIG_FILE
+
+
+def load_models(repository: Path, report: Report, config_name: str | None = None) -> dict[str, ModelEntry]:
+    """Every model folder of ``repository`` with its config (the ``config_name`` variant where there is one)
+    and version folders; problems go to ``report``."""
     models: dict[str, ModelEntry] = {}
     for directory in sorted(path for path in repository.iterdir() if path.is_dir() and not path.name.startswith(".")):
         entry = ModelEntry(directory.name, directory)
         models[entry.name] = entry
-        config_path = directory / CONFIG_FILE
+        config_path = config_path_for(directory, config_name)
         if not config_path.is_file():
             report.error(entry.name, f"no {CONFIG_FILE} in {directory} (this project gives every model one)")
             continue

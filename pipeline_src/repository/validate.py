@@ -29,14 +29,16 @@ __all__ = ["Problem", "Report", "Severity", "validate_repository", "main"]
 REPOSITORY_LABEL = "<repository>"  # Problem.model of problems with the repository as a whole
 
 
-def validate_repository(path: Path | str) -> Report:
-    """Every problem of the model repository at ``path``; ``report.ok`` says whether Triton can serve it."""
+def validate_repository(path: Path | str, config_name: str | None = None) -> Report:
+    """Every problem of the model repository at ``path``; ``report.ok`` says whether Triton can serve it.
+    ``config_name``: as tritonserver's ``--model-config-name`` (e.g. ``onnxruntime``, the container's
+    classifier on Triton's native backend)."""
     repository = Path(path)
     report = Report(repository)
     if not repository.is_dir():
         report.error(REPOSITORY_LABEL, f"{repository} is not a directory")
         return report
-    models = load_models(repository, report)
+    models = load_models(repository, report, config_name)
     if not models:
         report.error(REPOSITORY_LABEL, f"{repository} holds no model folder")
     for entry in models.values():
@@ -74,8 +76,10 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("repository", nargs="?", type=Path, default=PROJECT_ROOT / "model_repository",
                         help="the model repository (default: %(default)s)")
+    parser.add_argument("--model-config-name", help="validate with this configs/<name>.pbtxt variant where a model "
+                                                    "has one, as tritonserver --model-config-name does")
     args = parser.parse_args(argv)
-    report = validate_repository(args.repository)
+    report = validate_repository(args.repository, args.model_config_name)
     print(report.text(), flush=True)
     sys.exit(0 if report.ok else 1)
 

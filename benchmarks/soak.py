@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""``make soak``: load and soak through the API on loopback, bounded in count.
+
+Starts tritonserver and the API on free loopback ports, takes each photo's answer alone (straight to
+Triton), then sends ``--requests`` uploads at ``--concurrency`` through the API and checks: zero failed,
+zero lost, every answer matched to its own photo by request id, label and probability, server memory
+(PSS of tritonserver, its stubs and the API) growing under 10 % after warm-up. Reports p50/p95/p99.
+Exit status 1 if a check fails. Figures: benchmarks/results/soak.{md,json}.
+
+By default it soaks a copy of the repository with the *tiny* BLIP stand-in, built once under build/soak/:
+it checks correctness under load, not caption speed (``make bench`` measures speed). ``--model-repository
+model_repository`` soaks what ``make serve`` serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling.photos import varied_photos
+from pipeline_src.profiling.report import commit_description, machine_description, markdown_table
+from pipeline_src.profiling.soak import soak
+from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
+from pipeline_src.serving.serve import ApiProcess
+
+RESULTS = PROJECT_ROOT / "benchmarks" / "results"
+SCRATCH = PROJECT_ROOT / "build" / "soak"
+MAX_MEMORY_GROWTH = 0.10
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--photos", type=int, default=60, help="distinct photos: real ones, then crops and rescalings")
+    parser.add_argument("--model-repository", type=Path,
+                        help="default: a copy with the tiny BLIP stand-in, built once under build/soak/")
+    parser.add_argument("--name", default="soak", help="result file names under benchmarks/results/")
+    return parser.parse_args(argv)
+
+
+def tiny_repository() -> Path:
+    repository = SCRATCH / "model_repository"
+    if not (repository / "captioner" / "1" / "blip" / "config.json").exists():
+        from pipeline_src.model_build.cli import build_repository_copy
+
+        build_repository_copy(repository, blip_standin="tiny")
+    return repository
+
+
+def write_results(name: str, result: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    checks = [
+        {"check": "failed", "goal": 0, "value": result["failed"]},
+        {"check": "lost (sent, not answered exactly once)", "goal": 0, "value": result["lost"]},
+        {"check": "answers not matching their own photo (id, label, probability)", "goal": 0,
+         "value": result["mismatched"]},
+        {"check": "server PSS, last sample over first after warm-up", "goal": f"< {MAX_MEMORY_GROWTH:+.0%}",
+         "value": f"{result['growth_last_over_first']:+.1%} (peak {result['growth_peak_over_first']:+.1%})"},
+    ]
+    paragraphs = [
+        f"Machine: {result['machine']}. Commit {result['commit']}. {result['repository']}. Command: "
+        f"`{result['command']}`. Date {result['date']}.",
+        f"After a warm-up of {result['warmup_requests']} requests, "
+        f"{result['requests']} requests at concurrency {result['concurrency']} over {result['photos']} distinct "
+        f"photos ({result['distinct_probabilities']} distinct probabilities) in {result['wall_s']:.0f} s: "
+        f"{result['throughput']:.2f} req/s, latency p50 {result['p50_ms']:.0f} ms, p95 {result['p95_ms']:.0f} ms, "
+        f"p99 {result['p99_ms']:.0f} ms. Server PSS (tritonserver, stubs, API) {result['pss_first_mib']:.0f} MiB "
+        f"after warm-up, {result['pss_peak_mib']:.0f} MiB peak, {result['pss_last_mib']:.0f} MiB last "
+        f"({len(result['memory_samples'])} samples).",
+        "**All checks passed.**" if result["passed"] else "**FAILED**: " + "; ".join(result["examples"]),
+    ]
+    (RESULTS / f"{name}.md").write_text(markdown_table("Soak through the API", paragraphs,
+                                                       ["check", "goal", "value"], checks))
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    repository = (args.model_repository or tiny_repository()).resolve()
+    photos = varied_photos(args.photos)
+    with TritonServer(repository, SCRATCH / "triton", free_ports(), log_file=SCRATCH / "tritonserver.log") as triton:
+        api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
+        try:
+            api.wait_until_alive()
+            print(f"soaking: {args.requests} requests at concurrency {args.concurrency} through {api.url}", flush=True)
+            result = asyncio.run(soak(api.url, triton.grpc_url, photos, args.requests, args.concurrency,
+                                      server_pids=(triton.process.pid, api.process.pid)))
+        finally:
+            api.stop()
+    result["passed"] = result["ok"] and result["growth_last_over_first"] < MAX_MEMORY_GROWTH
+    result.update(machine=machine_description(), commit=commit_description(), date=time.strftime("%Y-%m-%d"),
+                  repository="Default: tiny BLIP stand-in (correctness under load, not speed)"
+                  if args.model_repository is None else f"Model repository {args.model_repository}",
+                  command="python benchmarks/soak.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    write_results(args.name, result)
+    print((RESULTS / f"{args.name}.md").read_text())
+    sys.exit(0 if result["passed"] else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""The soak's short version: a few dozen concurrent uploads through the real API, every one answered
+once, by its own photo's label and probability (the full run: make soak)."""
+
+import asyncio
+
+import pytest
+
+from pipeline_src.profiling.photos import varied_photos
+from pipeline_src.profiling.soak import Expected, Outcome, check, soak
+
+pytestmark = pytest.mark.integration
+
+
+def test_concurrent_uploads_are_all_answered_each_with_its_own_photos_result(triton, api_factory):
+    api = api_factory()
+    result = asyncio.run(soak(api.url, triton.grpc_url, varied_photos(12), total=48, concurrency=8))
+    assert result["examples"] == []
+    assert (result["answered"], result["failed"], result["lost"], result["mismatched"]) == (48, 0, 0, 0)
+    assert result["distinct_probabilities"] == 12  # each photo tells itself apart
+
+
+def test_the_check_catches_a_swapped_a_lost_and_a_failed_answer():
+    truth = [Expected("Bread", 0.7), Expected("Soup", 0.6)]
+    outcomes = [Outcome("soak-0", 0, 200, 0.1, "soak-0", "Soup", 0.6),  # photo 1's answer for photo 0
+                Outcome("soak-1", 1, 503, 0.1, "soak-1", detail="down")]
+    checks = check(outcomes, truth, sent=3)
+    assert (len(checks.mismatched), len(checks.failed), checks.lost) == (1, 1, ["soak-2"])
+    assert not checks.ok
