@@ -70,6 +70,15 @@ def test_bad_bytes_are_rejected_with_the_reason(data, reason):
         decode_rgb(data, CAP)
 
 
+def test_damaged_exif_is_refused_with_the_reason_not_a_crash():
+    """Found by the decode fuzz: a flipped byte in the EXIF block's TIFF header made Pillow raise
+    SyntaxError from inside exif_transpose, past the step's own rejection."""
+    magic = APPLE_JPEG.index(b"MM\x00*")  # the EXIF block's big-endian TIFF header
+    damaged = APPLE_JPEG[:magic] + b"\x00M" + APPLE_JPEG[magic + 2:]
+    with pytest.raises(ImageRejected, match="cannot read the image's EXIF orientation: not a TIFF file"):
+        decode_rgb(damaged, CAP)
+
+
 def test_pixel_cap_refuses_before_decoding():
     # 8000 x 8000 = 64 MP claims more than the 40 MP cap; the file itself holds almost nothing.
     with pytest.raises(ImageRejected, match="8000x8000 pixels exceeds the cap of 40000000"):

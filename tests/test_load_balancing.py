@@ -1,6 +1,8 @@
 """Per-request balancing over several Tritons behind one name, as a Kubernetes headless Service gives:
 two real tritonservers on 127.0.0.1 and 127.0.0.2 (same gRPC port), one target resolving to both."""
 
+import time
+
 import httpx
 import pytest
 import tritonclient.grpc as grpcclient
@@ -47,7 +49,13 @@ def served_per_server(servers, api_url, requests: int) -> list[int]:
         for _ in range(requests):
             response = http.post(f"{api_url}/caption", files={"photo": ("apple.jpg", APPLE, "image/jpeg")})
             assert response.status_code == 200 and response.json()["label"] == "Vegetable/Fruit"
-    return [ensemble_requests(server) - count for server, count in zip(servers, before)]
+    # Triton updates its statistics just after answering: wait (briefly) until every request is counted.
+    for _ in range(50):
+        served = [ensemble_requests(server) - count for server, count in zip(servers, before)]
+        if sum(served) >= requests:
+            break
+        time.sleep(0.2)
+    return served
 
 
 def test_round_robin_spreads_requests_over_every_address_of_the_target(two_tritons, api_factory):

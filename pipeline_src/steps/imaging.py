@@ -53,7 +53,11 @@ def decode_rgb(data: bytes, max_pixels: int) -> Image.Image:
         image.load()  # GIF and WebP: the first frame
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageRejected(f"cannot decode {image.format} image: {exc}") from exc
-    return _to_rgb(ImageOps.exif_transpose(image))
+    try:
+        upright = ImageOps.exif_transpose(image)
+    except (OSError, SyntaxError, ValueError) as exc:  # a damaged EXIF block: its orientation is unknowable
+        raise ImageRejected(f"cannot read the image's EXIF orientation: {exc}") from exc
+    return _to_rgb(upright)
 
 
 def _to_rgb(image: Image.Image) -> Image.Image:
