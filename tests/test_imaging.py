@@ -63,7 +63,7 @@ def test_transparent_pixels_become_white():
     (b"this is not an image at all", "cannot decode"),
     (encode(gradient(), "JPEG")[:200], "cannot decode the image header"),
     (APPLE_JPEG[: len(APPLE_JPEG) // 2], "cannot decode JPEG image"),
-    (encode(gradient(), "TIFF"), "unsupported image format TIFF"),
+    (encode(gradient(), "TIFF"), "cannot decode: not a JPEG"),  # Pillow's TIFF parser never runs
 ])
 def test_bad_bytes_are_rejected_with_the_reason(data, reason):
     with pytest.raises(ImageRejected, match=reason):

@@ -9,6 +9,10 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 ACCEPTED_FORMATS = frozenset({"JPEG", "PNG", "WEBP", "BMP", "GIF", "MPO"})  # MPO: multi-picture JPEG
+# The only parsers Image.open may run on an upload. Without this it tries every plugin Pillow has (EPS,
+# PSD, FITS, ...) before the format check, and their bugs are reachable: Pillow 12.0.0's EPS parser loops
+# forever on a 96-byte header (tests/test_bad_input.py). MPO opens through the JPEG plugin.
+OPENED_FORMATS = sorted(ACCEPTED_FORMATS - {"MPO"})
 
 CLASSIFIER_SIZE = 224
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
@@ -35,7 +39,7 @@ def decode_rgb(data: bytes, max_pixels: int) -> Image.Image:
     if not data:
         raise ImageRejected("empty image: the request carried zero bytes")
     try:
-        image = Image.open(io.BytesIO(data))  # reads the header only
+        image = Image.open(io.BytesIO(data), formats=OPENED_FORMATS)  # reads the header only
     except Image.DecompressionBombError as exc:
         raise ImageRejected(f"image refused as a decompression bomb: {exc}") from exc
     except UnidentifiedImageError as exc:
