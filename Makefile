@@ -22,7 +22,8 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
-BLIP_SNAPSHOT := model_repository/captioner/1/blip/config.json
+# written last by the captioner's build (snapshot, ONNX graphs, int8 twins, fidelity check)
+BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json
 
 .PHONY: install browser models serve perf-analyzer test bench soak audit clean
 
@@ -75,4 +76,5 @@ audit: install
 	$(BIN)/pip-audit --local --skip-editable --desc on
 
 clean:
-	rm -rf .triton logs build $(CLASSIFIER_ONNX) model_repository/captioner/1/blip
+	rm -rf .triton logs build $(CLASSIFIER_ONNX) model_repository/vision_encoder/1/*.onnx \
+		model_repository/vision_encoder/1/fidelity.json model_repository/captioner/1/blip model_repository/captioner/1/text_decoder

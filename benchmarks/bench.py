@@ -37,6 +37,7 @@ from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.profiling.photos import varied_photos
 from pipeline_src.profiling.plots import latency_plot, step_split_plot, throughput_plot
 from pipeline_src.profiling.report import commit_description, machine_description, markdown_table, write_csv
+from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.profiling.triton_stats import counters_since, model_counters, server_memory_mib
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports, wait_for_http
 from pipeline_src.serving.serve import ApiProcess
@@ -44,7 +45,7 @@ from pipeline_src.steps.captioning import standin_info
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 ENSEMBLE = "food11_pipeline"
-STEPS = ("preprocess", "classifier", "label_and_caption", "captioner")
+STEPS = ("preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,9 +73,10 @@ def perf_sweep(triton: TritonServer, input_files: dict[str, Path], args, scratch
         for concurrency in args.concurrency:
             before = model_counters(triton.grpc_url)
             try:
-                measurement, stability = measure_stably(model, triton.grpc_url, input_files[model], concurrency,
-                                                        scratch / f"{model}_{concurrency}.csv",
-                                                        max(args.window, concurrency))
+                measurement, stability = perf_analyzer.measure_stably(
+                    model, triton.grpc_url, input_files[model], concurrency, scratch / f"{model}_{concurrency}.csv",
+                    max(args.window, concurrency), bls_composing=bls_callees(args.repository, model)
+                    if model == ENSEMBLE else ())
             except perf_analyzer.PerfAnalyzerFailed as exc:
                 print(exc, file=sys.stderr, flush=True)
                 rows.append({"model": model, "concurrency": concurrency, "error": str(exc).splitlines()[-1]})
@@ -91,19 +93,6 @@ def perf_sweep(triton: TritonServer, input_files: dict[str, Path], args, scratch
             if model == ENSEMBLE:
                 splits.append({"concurrency": concurrency, "steps": step_split(row)})
     return rows, splits
-
-
-def measure_stably(model: str, grpc_url: str, input_data: Path, concurrency: int, csv_path: Path,
-                   window: int) -> tuple[perf_analyzer.Measurement, int]:
-    """perf_analyzer's default stability (three windows within 10 %), loosened once if a slow, batching
-    model does not settle; the bound that held is reported with the figures."""
-    try:
-        return perf_analyzer.measure(model, grpc_url, input_data, concurrency, csv_path, window, 10), 10
-    except perf_analyzer.PerfAnalyzerFailed as exc:
-        if "stable measurement" not in str(exc):
-            raise
-    print(f"{model} at concurrency {concurrency}: not stable within 10 %, retrying within 25 %", flush=True)
-    return perf_analyzer.measure(model, grpc_url, input_data, concurrency, csv_path, window, 25), 25
 
 
 def step_split(row: dict) -> dict:

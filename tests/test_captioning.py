@@ -1,12 +1,20 @@
-"""BLIP captioning on the tiny stand-in: real classes, real processor, random weights."""
+"""BLIP captioning on ONNX Runtime, on the tiny stand-in built by the project's own build: the graphs
+reproduce Hugging Face's fp32 generate, a row's caption does not depend on its batch mates, and a
+caption depends on its photo."""
+
+import json
 
 import numpy as np
 import pytest
 import torch
 from transformers import BlipForConditionalGeneration
 
+from pipeline_src.model_build.blip_fidelity import check_pixels
 from pipeline_src.model_build.blip_snapshot import STANDIN_SIZES, standin_config, standin_processor
-from pipeline_src.steps.captioning import BlipCaptioner, cpu_has_native_bf16, resolve_cpu_precision, standin_info
+from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
+from pipeline_src.steps.captioning import GreedyCaptioner, penalise_repetition, standin_info
+from pipeline_src.steps.onnx_runtime import OnnxModel
+from pipeline_src.steps.precision import choose_precision
 
 PROMPTS = ["a photo of noodles/pasta,", "", "a photo of bread,"]
 
@@ -17,13 +25,29 @@ def blip_dir(model_repository):
 
 
 @pytest.fixture(scope="module")
-def captioner(blip_dir):
-    return BlipCaptioner(str(blip_dir), max_new_tokens=8)
+def graphs_dir(model_repository):
+    return model_repository / "captioner" / "1" / "text_decoder"
+
+
+@pytest.fixture(scope="module")
+def vision(model_repository):
+    return OnnxModel(model_repository / "vision_encoder" / "1" / "model.onnx")
+
+
+@pytest.fixture(scope="module")
+def captioner(blip_dir, graphs_dir):
+    return GreedyCaptioner.load(blip_dir, graphs_dir, max_new_tokens=12)
 
 
 @pytest.fixture(scope="module")
 def pixels():
-    return np.random.default_rng(0).standard_normal((3, 3, 384, 384)).astype(np.float32)
+    """Six photos through the pipeline's preprocessing: the three fruit photos and crops of them."""
+    return check_pixels(9)[[0, 1, 2, 6, 7, 8]]
+
+
+@pytest.fixture(scope="module")
+def hugging_face(blip_dir):
+    return HuggingFaceCaptioner.load(blip_dir, max_new_tokens=12)
 
 
 def test_standin_is_marked_as_such(blip_dir):
@@ -34,7 +58,7 @@ def test_standin_uses_blips_real_tokenizer_layout(captioner):
     tokenizer = captioner.tokenizer
     assert len(tokenizer) == 30524  # bert-base-uncased + [DEC] + [ENC], as blip-image-captioning-base
     assert tokenizer.bos_token == "[DEC]"
-    assert tokenizer.bos_token_id == captioner.model.config.text_config.bos_token_id
+    assert tokenizer.bos_token_id == captioner.decoder.shape["bos_token_id"]
     assert tokenizer.tokenize("Noodles") == ["noodles"]
 
 
@@ -47,44 +71,85 @@ def test_base_standin_has_the_architecture_of_blip_image_captioning_base():
     assert STANDIN_SIZES["base"]["layers"] == 12
 
 
-def test_each_caption_begins_with_its_prompt(captioner, pixels):
-    captions = captioner.caption(pixels, PROMPTS)
+def test_standin_vision_weights_have_a_real_scale(blip_dir):
+    """BlipVisionConfig's default initialiser (1e-10) made image embeddings inert."""
+    model = BlipForConditionalGeneration.from_pretrained(str(blip_dir))
+    assert 0.01 < float(model.vision_model.encoder.layers[0].self_attn.qkv.weight.std()) < 0.05
+
+
+def test_vision_encoder_graph_matches_pytorch(blip_dir, vision, pixels):
+    model = BlipForConditionalGeneration.from_pretrained(str(blip_dir)).eval()
+    with torch.inference_mode():
+        expected = model.vision_model(pixel_values=torch.from_numpy(pixels))[0].numpy()
+    assert np.abs(vision(pixels) - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_captions_equal_hugging_face_fp32_generate(captioner, hugging_face, vision, pixels):
+    prompts = (PROMPTS * 2)[:len(pixels)]
+    assert captioner.caption(vision(pixels), prompts) == hugging_face.caption(pixels, prompts)
+
+
+def test_each_caption_begins_with_its_prompt(captioner, vision, pixels):
+    captions = captioner.caption(vision(pixels[:3]), PROMPTS)
     for prompt, caption in zip(PROMPTS, captions):
         assert caption.startswith(prompt)
     assert not captions[1].startswith("a photo of")
 
 
-def test_one_batched_generate_equals_one_call_per_image(captioner, pixels):
-    """Prompts of different lengths in one batch: left padding and masks must change nothing."""
-    batched = captioner.caption(pixels, PROMPTS)
-    single = [captioner.caption(pixels[i : i + 1], [prompt])[0] for i, prompt in enumerate(PROMPTS)]
+def test_a_caption_depends_on_its_photo(captioner, vision, pixels):
+    """Same prompt, six different photos: six different captions (the stand-in is not inert)."""
+    captions = captioner.caption(vision(pixels), ["a photo of vegetable/fruit,"] * len(pixels))
+    assert len(set(captions)) == len(pixels), captions
+
+
+def test_a_batch_equals_one_call_per_image(captioner, vision, pixels):
+    """Prompts of different lengths in one batch: left padding, masks and positions change nothing."""
+    embeds = vision(pixels[:3])
+    batched = captioner.caption(embeds, PROMPTS)
+    single = [captioner.caption(embeds[i:i + 1], [prompt])[0] for i, prompt in enumerate(PROMPTS)]
     assert batched == single
 
 
-def test_prompt_count_must_match_image_count(captioner, pixels):
+def test_the_vision_encoder_gives_a_row_the_same_embeddings_in_any_batch(vision, pixels):
+    assert np.array_equal(vision(pixels)[2], vision(pixels[2:3])[0])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_int8_rows_do_not_depend_on_their_batch_mates(blip_dir, graphs_dir, model_repository, pixels, precision):
+    """int8 weights only, no activation scale shared across a batch: a row alone gets what it gets in a batch."""
+    suffix = "" if precision == "fp32" else ".int8"
+    vision = OnnxModel(model_repository / "vision_encoder" / "1" / f"model{suffix}.onnx")
+    embeds = vision(pixels[:3])
+    assert np.array_equal(embeds[1], vision(pixels[1:2])[0])
+    captioner = GreedyCaptioner.load(blip_dir, graphs_dir, precision, max_new_tokens=12)
+    assert captioner.generate(embeds, [captioner.prompt_ids(p) for p in PROMPTS]) == [
+        captioner.generate(embeds[i:i + 1], [captioner.prompt_ids(prompt)])[0] for i, prompt in enumerate(PROMPTS)]
+
+
+def test_prompt_count_must_match_image_count(captioner, vision, pixels):
     with pytest.raises(ValueError, match="3 images but 2 prompts"):
-        captioner.caption(pixels, PROMPTS[:2])
+        captioner.caption(vision(pixels[:3]), PROMPTS[:2])
 
 
-@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("int8", torch.float32)])
-def test_reduced_cpu_precisions_load_and_caption_every_image_with_its_prompt(blip_dir, pixels, precision, dtype):
-    captioner = BlipCaptioner(str(blip_dir), cpu_precision=precision, max_new_tokens=8)
-    assert captioner.precision == precision and captioner.dtype == dtype
-    if precision == "int8":  # every Linear layer quantised, its weights stored as int8
-        linears = [m for m in captioner.model.modules() if isinstance(m, torch.nn.Linear)]
-        assert not linears, f"{len(linears)} Linear layers left in fp32"
-    captions = captioner.caption(pixels, PROMPTS)
-    assert len(captions) == 3 and all(c.startswith(p) for p, c in zip(PROMPTS, captions))
-    # A caption never depends on its batch mates, int8's per-batch activation scales included.
-    assert captions == [captioner.caption(pixels[i : i + 1], [prompt])[0] for i, prompt in enumerate(PROMPTS)]
+def test_repetition_penalty_is_hugging_faces():
+    logits = np.array([[2.0, -2.0, 1.0, 0.5]], dtype=np.float32)
+    assert penalise_repetition(logits, [[0, 1, 1]], 2.0).tolist() == [[1.0, -4.0, 1.0, 0.5]]
 
 
-def test_auto_precision_is_bf16_where_the_cpu_computes_bf16_natively_else_int8(tmp_path):
-    expected = "bf16" if cpu_has_native_bf16() else "int8"
-    assert resolve_cpu_precision("auto") == expected
-    assert resolve_cpu_precision("int8") == "int8"
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("flags\t\t: fpu avx2 avx512f\n")
-    assert not cpu_has_native_bf16(cpuinfo)
-    cpuinfo.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
-    assert cpu_has_native_bf16(cpuinfo)
+def test_the_build_wrote_each_options_fidelity(model_repository, graphs_dir):
+    for directory in (graphs_dir, model_repository / "vision_encoder" / "1"):
+        fidelity = json.loads((directory / "fidelity.json").read_text())
+        exact = fidelity["options"]["fp32"]
+        assert exact["captions_identical"] == exact["captions"] == 8
+        assert exact["teacher_forced_top1"] == 1.0 and exact["max_relative_logit_error"] < 1e-4
+        assert 0.5 < fidelity["options"]["int8"]["teacher_forced_top1"] <= 1.0
+
+
+def test_auto_precision_follows_the_measured_agreement(tmp_path):
+    (tmp_path / "fidelity.json").write_text(json.dumps({"options": {"int8": {"teacher_forced_top1": 0.995}}}))
+    assert choose_precision("auto", tmp_path, 0.99, on_gpu=False).precision == "int8"
+    chosen = choose_precision("auto", tmp_path, 0.999, on_gpu=False)
+    assert chosen.precision == "fp32" and "99.5%" in chosen.reason
+    assert choose_precision("auto", tmp_path / "nowhere", 0.0, on_gpu=False).precision == "fp32"
+    assert choose_precision("int8", tmp_path, 1.0, on_gpu=False).precision == "int8"
+    assert choose_precision("int8", tmp_path, 1.0, on_gpu=True).precision == "fp32"

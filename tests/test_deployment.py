@@ -21,8 +21,10 @@ from pipeline_src.repository.loading import parse_config
 from pipeline_src.repository.validate import validate_repository
 from pipeline_src.serving.launcher import TritonServer, TritonStartError, free_ports
 
-CLASSIFIER = PROJECT_ROOT / "model_repository" / "classifier"
-VARIANTS = sorted((CLASSIFIER / "configs").glob("*.pbtxt"))
+REPOSITORY = PROJECT_ROOT / "model_repository"
+NATIVE_MODELS = ("classifier", "vision_encoder")  # the ONNX steps, with configs for Triton's native backend
+VARIANTS = sorted(REPOSITORY.glob("*/configs/*.pbtxt"))
+VARIANT_NAMES = sorted({path.stem for path in VARIANTS})
 K8S = PROJECT_ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.33.0"  # the oldest release still supported upstream when this was written
 TRITON_IMAGE_PYTHON = "3.12"  # nvcr.io/nvidia/tritonserver:25.08-py3 (Dockerfile.triton says why)
@@ -33,24 +35,26 @@ def interface(config) -> tuple:
     return config.name, config.max_batch_size, tensors(config.input), tensors(config.output)
 
 
-# The classifier on Triton's native onnxruntime backend -------------------------------------------------
+# The ONNX steps on Triton's native onnxruntime backend -------------------------------------------------
 
-def test_there_is_a_native_variant_and_one_with_tensorrt():
-    assert [path.stem for path in VARIANTS] == ["onnxruntime", "onnxruntime_tensorrt"]
-    tensorrt = parse_config(CLASSIFIER / "configs" / "onnxruntime_tensorrt.pbtxt")
+@pytest.mark.parametrize("model", NATIVE_MODELS)
+def test_there_is_a_native_variant_and_one_with_tensorrt(model):
+    configs = REPOSITORY / model / "configs"
+    assert sorted(path.stem for path in configs.glob("*.pbtxt")) == ["onnxruntime", "onnxruntime_tensorrt"]
+    tensorrt = parse_config(configs / "onnxruntime_tensorrt.pbtxt")
     (accelerator,) = tensorrt.optimization.execution_accelerators.gpu_execution_accelerator
     assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda path: path.stem)
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda path: f"{path.parent.parent.name}-{path.stem}")
 def test_each_variant_declares_the_python_backend_configs_interface(variant):
-    native, python = parse_config(variant), parse_config(CLASSIFIER / "config.pbtxt")
+    native, python = parse_config(variant), parse_config(variant.parent.parent / "config.pbtxt")
     assert native.backend == "onnxruntime" and python.backend == "python"
     assert interface(native) == interface(python)
     assert [group.kind for group in native.instance_group] == [native.instance_group[0].KIND_GPU]
 
 
-@pytest.mark.parametrize("variant", [None, *[path.stem for path in VARIANTS]])
+@pytest.mark.parametrize("variant", [None, *VARIANT_NAMES])
 def test_the_validator_accepts_the_repository_with_each_variant(model_repository, variant):
     report = validate_repository(model_repository, config_name=variant)
     assert report.ok, report.text()

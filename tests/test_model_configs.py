@@ -15,6 +15,7 @@ CONFIG_FILES = sorted(REPOSITORY.glob("*/config.pbtxt"))
 STEP_SETTINGS = {
     "preprocess": settings.PreprocessSettings,
     "classifier": settings.ClassifierSettings,
+    "vision_encoder": settings.VisionEncoderSettings,
     "label_and_caption": settings.LabelAndCaptionSettings,
     "captioner": settings.CaptionerSettings,
     "top_labels": TopLabelsSettings,  # the worked example of docs/EXTENDING.md
@@ -29,8 +30,8 @@ CONFIGS = {path.parent.name: load(path) for path in CONFIG_FILES}
 ENSEMBLES = [name for name, config in CONFIGS.items() if config.platform == "ensemble"]
 
 
-def test_the_repository_holds_five_steps_and_two_ensembles():
-    assert set(CONFIGS) == {"preprocess", "classifier", "label_and_caption", "captioner", "top_labels",
+def test_the_repository_holds_six_steps_and_two_ensembles():
+    assert set(CONFIGS) == {"preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner", "top_labels",
                             "food11_pipeline", "food11_pipeline_topk"}
     assert ENSEMBLES == ["food11_pipeline", "food11_pipeline_topk"]
 
@@ -54,7 +55,7 @@ def test_cpu_only_steps_are_pinned_to_the_cpu_and_model_steps_follow_the_hardwar
     kinds = {name: {group.kind for group in CONFIGS[name].instance_group} for name in STEP_SETTINGS}
     cpu, auto = model_config_pb2.ModelInstanceGroup.KIND_CPU, model_config_pb2.ModelInstanceGroup.KIND_AUTO
     assert kinds["preprocess"] == {cpu} and kinds["label_and_caption"] == {cpu} and kinds["top_labels"] == {cpu}
-    assert kinds["classifier"] == {auto} and kinds["captioner"] == {auto}
+    assert kinds["classifier"] == {auto} and kinds["vision_encoder"] == {auto} and kinds["captioner"] == {auto}
 
 
 def test_bls_step_has_several_instances_so_it_never_serialises_the_pipeline():

@@ -11,7 +11,7 @@ from pipeline_src.profiling.triton_stats import model_counters
 
 pytestmark = pytest.mark.integration
 
-MODELS = ("food11_pipeline", "preprocess", "classifier", "label_and_caption", "captioner")
+MODELS = ("food11_pipeline", "preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner")
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,9 @@ def test_every_model_of_the_pipeline_gets_one_entry_per_photo(input_files):
     ensemble = json.loads(input_files["food11_pipeline"].read_text())["data"]
     assert len(ensemble) == 3 and ensemble[0]["IMAGE"]["shape"] == [1]
     captioner = json.loads(input_files["captioner"].read_text())["data"][0]
-    assert set(captioner) == {"PIXEL_VALUES", "PROMPT"} and captioner["PIXEL_VALUES"]["shape"] == [3, 384, 384]
+    assert set(captioner) == {"IMAGE_EMBEDS", "PROMPT"} and captioner["IMAGE_EMBEDS"]["shape"] == [577, 32]  # tiny
+    vision = json.loads(input_files["vision_encoder"].read_text())["data"][0]
+    assert set(vision) == {"pixel_values"} and vision["pixel_values"]["shape"] == [3, 384, 384]
 
 
 @pytest.mark.parametrize("model", MODELS)

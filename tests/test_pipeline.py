@@ -72,8 +72,9 @@ def test_ensemble_equals_the_steps_run_one_by_one(client, triton_grpc, model_rep
     logits = run_step(triton_grpc, "classifier", {"input": (pre["CLASSIFIER_PIXELS"], "FP32")}, ["output"])["output"]
     onnx = ort.InferenceSession(str(model_repository / "classifier/1/model.onnx"), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(logits, onnx.run(["output"], {"input": pre["CLASSIFIER_PIXELS"]})[0], atol=1e-5)
-    post = run_step(triton_grpc, "label_and_caption",
-                    {"LOGITS": (logits, "FP32"), "PIXEL_VALUES": (pre["CAPTIONER_PIXELS"], "FP32")},
+    embeds = run_step(triton_grpc, "vision_encoder", {"pixel_values": (pre["CAPTIONER_PIXELS"], "FP32")},
+                      ["image_embeds"])["image_embeds"]
+    post = run_step(triton_grpc, "label_and_caption", {"LOGITS": (logits, "FP32"), "IMAGE_EMBEDS": (embeds, "FP32")},
                     ["LABEL", "PROBABILITY", "PROBABILITIES", "CAPTION", "CAPTION_STATUS"])
     assert post["PROBABILITIES"].sum() == pytest.approx(1.0, abs=1e-5)
     assert post["PROBABILITY"][0, 0] == pytest.approx(post["PROBABILITIES"].max())
@@ -83,6 +84,28 @@ def test_ensemble_equals_the_steps_run_one_by_one(client, triton_grpc, model_rep
     assert result.probability == pytest.approx(float(post["PROBABILITY"][0, 0]), abs=1e-6)
     assert result.caption == post["CAPTION"][0, 0].decode()
     assert result.caption_status == post["CAPTION_STATUS"][0, 0].decode()
+
+
+def test_two_photos_with_the_same_label_get_different_captions(client, photos):
+    """The captioner reads the photo: same label, same prompt, different photos, different captions."""
+    results = client.caption([photos[name] for name in ("apple.jpg", "orange.jpg", "fruits.jpg")])
+    assert {result.label for result in results} == {"Vegetable/Fruit"}
+    assert len({result.caption for result in results}) == 3, [result.caption for result in results]
+
+
+def test_served_captions_equal_hugging_face_fp32_generate_on_the_same_pixels(client, triton_grpc, model_repository,
+                                                                             photos):
+    """The course's captioner (Hugging Face BLIP fp32 generate), given the preprocessing step's pixels and
+    the pipeline's prompt, writes exactly the caption the server returns."""
+    from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
+
+    names = ("apple.jpg", "coffee.png", "chelsea.jpg", "astronaut.webp")
+    served = client.caption([photos[name] for name in names])
+    image = np.array([[photos[name]] for name in names], dtype=np.object_)
+    pixels = run_step(triton_grpc, "preprocess", {"IMAGE": (image, "BYTES")}, ["CAPTIONER_PIXELS"])["CAPTIONER_PIXELS"]
+    course = HuggingFaceCaptioner.load(model_repository / "captioner" / "1" / "blip", max_new_tokens=20)
+    prompts = [build_prompt(TEMPLATE, result.label) if result.caption_status == "ok" else "" for result in served]
+    assert [result.caption for result in served] == course.caption(pixels, prompts)
 
 
 @pytest.fixture

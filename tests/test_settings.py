@@ -3,7 +3,8 @@
 import pytest
 
 from pipeline_src.steps.settings import (CaptionerSettings, LabelAndCaptionSettings, PreprocessSettings, SettingsError,
-                                         config_parameters, declared_settings_class)
+                                         VisionEncoderSettings, config_parameters, declared_settings_class)
+from pipeline_src.steps.top_labels import TopLabelsSettings
 
 
 def test_parameters_are_read_from_tritons_json_config():
@@ -17,8 +18,9 @@ def test_defaults_apply_to_missing_parameters():
 
 
 def test_booleans_and_floats_parse():
-    settings = CaptionerSettings.from_parameters({"fp16_on_gpu": "false", "repetition_penalty": "1.3"})
-    assert settings.fp16_on_gpu is False and settings.repetition_penalty == 1.3
+    settings = CaptionerSettings.from_parameters({"repetition_penalty": "1.3", "auto_min_agreement": "0.95"})
+    assert settings.repetition_penalty == 1.3 and settings.auto_min_agreement == 0.95
+    assert TopLabelsSettings.from_parameters({}).k == 3
 
 
 @pytest.mark.parametrize("cls, parameters, message", [
@@ -27,7 +29,11 @@ def test_booleans_and_floats_parse():
     (PreprocessSettings, {"max_pixels": "0"}, "must be positive"),
     (LabelAndCaptionSettings, {"prompt_template": "a photo"}, r"must contain \{label\}"),
     (LabelAndCaptionSettings, {"confidence_threshold": "1.5"}, r"must lie in \[0, 1\]"),
-    (CaptionerSettings, {"fp16_on_gpu": "maybe"}, "is not a bool"),
+    (CaptionerSettings, {"max_new_tokens": "many"}, "is not a int"),
+    (CaptionerSettings, {"cpu_precision": "bf16"}, "cpu_precision must be one of"),
+    (CaptionerSettings, {"auto_min_agreement": "1.5"}, r"auto_min_agreement must lie in \[0, 1\]"),
+    (VisionEncoderSettings, {"cpu_precision": "int4"}, "cpu_precision must be one of"),
+    (VisionEncoderSettings, {"intra_op_threads": "-1"}, "intra_op_threads must be >= 0"),
 ])
 def test_bad_parameters_are_refused_with_the_reason(cls, parameters, message):
     with pytest.raises(SettingsError, match=message):

@@ -17,12 +17,20 @@ def test_concurrent_uploads_are_all_answered_each_with_its_own_photos_result(tri
     assert result["examples"] == []
     assert (result["answered"], result["failed"], result["lost"], result["mismatched"]) == (48, 0, 0, 0)
     assert result["distinct_probabilities"] == 12  # each photo tells itself apart
+    # The six originals have six captions; rescalings of one crop look alike at 384 px and may share one.
+    assert result["distinct_captions"] >= 6
 
 
 def test_the_check_catches_a_swapped_a_lost_and_a_failed_answer():
-    truth = [Expected("Bread", 0.7), Expected("Soup", 0.6)]
-    outcomes = [Outcome("soak-0", 0, 200, 0.1, "soak-0", "Soup", 0.6),  # photo 1's answer for photo 0
+    truth = [Expected("Bread", 0.7, "a photo of bread, x"), Expected("Soup", 0.6, "a photo of soup, y")]
+    outcomes = [Outcome("soak-0", 0, 200, 0.1, "soak-0", "Soup", 0.6, "a photo of soup, y"),  # photo 1's for photo 0
                 Outcome("soak-1", 1, 503, 0.1, "soak-1", detail="down")]
     checks = check(outcomes, truth, sent=3)
     assert (len(checks.mismatched), len(checks.failed), checks.lost) == (1, 1, ["soak-2"])
     assert not checks.ok
+
+
+def test_the_check_catches_a_caption_that_belongs_to_another_photo():
+    truth = [Expected("Bread", 0.7, "a photo of bread, x")]
+    right_label_wrong_caption = Outcome("soak-0", 0, 200, 0.1, "soak-0", "Bread", 0.7, "a photo of bread, z")
+    assert check([right_label_wrong_caption], truth, sent=1).mismatched

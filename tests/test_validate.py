@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.validate import Report, Severity, validate_repository
 
-STEP_MODELS = ("captioner", "classifier", "label_and_caption", "preprocess", "top_labels")
+STEP_MODELS = ("captioner", "classifier", "label_and_caption", "preprocess", "top_labels", "vision_encoder")
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_the_built_repository_is_valid_without_a_single_problem(model_repository
     assert report.problems == [], report.text()
     assert report.ok
     assert sorted(report.models) == sorted([*STEP_MODELS, "food11_pipeline", "food11_pipeline_topk"])
-    assert report.summary().startswith("OK: 7 model(s)")
+    assert report.summary().startswith("OK: 8 model(s)")
 
 
 def test_validation_needs_neither_torch_nor_transformers(model_repository):
@@ -69,9 +69,12 @@ def test_missing_built_model_files_are_errors_that_say_to_run_make_models(repo):
     assert "make models" in problem(report, "captioner", "parameter model_dir='blip'", "is missing")
 
 
-def test_a_snapshot_without_its_config_json_is_an_error(repo):
-    (repo / "captioner" / "1" / "blip" / "config.json").unlink()
-    problem(validate_repository(repo), "captioner", "model_dir='blip'", "has no config.json")
+def test_a_snapshot_without_its_tokenizer_or_graphs_is_an_error(repo):
+    (repo / "captioner" / "1" / "blip" / "tokenizer_config.json").unlink()
+    (repo / "captioner" / "1" / "text_decoder" / "decoder_step.onnx").unlink()
+    report = validate_repository(repo)
+    problem(report, "captioner", "model_dir='blip'", "has no tokenizer_config.json")
+    problem(report, "captioner", "graphs_dir='text_decoder'", "has no decoder_step.onnx")
 
 
 # --- configs, folders, backend files ---------------------------------------------------------------------
@@ -163,7 +166,7 @@ def test_an_output_map_key_must_be_an_output_of_the_model(repo):
 def test_a_tensor_produced_twice_and_an_ensemble_output_produced_by_nobody(repo):
     edit(config(repo, ENSEMBLE), 'value: "CAPTION_STATUS"', 'value: "CAPTION"')
     report = validate_repository(repo)
-    problem(report, ENSEMBLE, "tensor 'CAPTION' is produced more than once", "step 3 (label_and_caption)")
+    problem(report, ENSEMBLE, "tensor 'CAPTION' is produced more than once", "step 4 (label_and_caption)")
     problem(report, ENSEMBLE, "ensemble output 'CAPTION_STATUS' is produced by no step")
 
 
@@ -172,7 +175,7 @@ def test_an_unused_produced_tensor_is_an_error_as_triton_refuses_it(repo):
          'output_map { key: "LABEL", value: "LABEL" }\n'
          '      output_map { key: "PROBABILITIES", value: "probabilities" }')
     problem(validate_repository(repo), ENSEMBLE,
-            "tensor 'probabilities' from step 3 (label_and_caption) is used by no step")
+            "tensor 'probabilities' from step 4 (label_and_caption) is used by no step")
 
 
 def test_steps_that_feed_each_other_form_a_cycle(repo):
@@ -187,7 +190,7 @@ def test_data_types_must_agree_across_an_edge(repo):
     edit(config(repo, "label_and_caption"), '{ name: "LOGITS", data_type: TYPE_FP32',
          '{ name: "LOGITS", data_type: TYPE_FP16')
     problem(validate_repository(repo), ENSEMBLE, "tensor 'logits'", "step 2 (classifier) output 'output' is TYPE_FP32",
-            "step 3 (label_and_caption) input 'LOGITS' expects TYPE_FP16")
+            "step 4 (label_and_caption) input 'LOGITS' expects TYPE_FP16")
 
 
 def test_dims_must_agree_across_an_edge(repo):
@@ -279,19 +282,19 @@ def test_a_bls_callee_output_read_must_exist_with_its_type(repo):
 
 
 def test_a_bls_callee_with_other_dims_or_a_smaller_batch_is_an_error(repo):
-    edit(config(repo, "captioner"), "dims: [ 3, 384, 384 ]", "dims: [ 3, 224, 224 ]")
+    edit(config(repo, "captioner"), "dims: [ 577, -1 ]", "dims: [ 197, -1 ]")
     edit(config(repo, "captioner"), "max_batch_size: 32", "max_batch_size: 8")
     report = validate_repository(repo)
-    problem(report, "label_and_caption", "tensor 'PIXEL_VALUES'",
-            "'captioner' input 'PIXEL_VALUES' expects TYPE_FP32 dims [3, 224, 224]")
+    problem(report, "label_and_caption", "tensor 'IMAGE_EMBEDS'",
+            "'captioner' input 'IMAGE_EMBEDS' expects TYPE_FP32 dims [197, -1]")
     problem(report, "label_and_caption", "'captioner' has max_batch_size 8, smaller than this step's 32")
 
 
 def test_a_forwarded_bls_tensor_must_be_the_callers_own_input(repo):
-    edit(config(repo, "label_and_caption"), '{ name: "PIXEL_VALUES", data_type: TYPE_FP32, dims: [ 3, 384, 384 ] }',
-         '{ name: "PIXEL_VALUES", data_type: TYPE_FP16, dims: [ 3, 384, 384 ] }')
+    edit(config(repo, "label_and_caption"), '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP32, dims: [ 577, -1 ] }',
+         '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP16, dims: [ 577, -1 ] }')
     problem(validate_repository(repo), "label_and_caption", "BLS call to 'captioner'",
-            "this step's input 'PIXEL_VALUES' is TYPE_FP16")
+            "this step's input 'IMAGE_EMBEDS' is TYPE_FP16")
 
 
 # --- ONNX files --------------------------------------------------------------------------------------------
@@ -382,7 +385,7 @@ def test_the_cli_lists_every_problem_and_exits_1_on_errors(repo):
 
 def test_the_cli_exits_0_with_an_ok_summary_and_warnings_alone(repo):
     result = run_cli(str(repo))
-    summary = f"OK: 7 model(s) in {repo} are consistent, 0 warning(s)"
+    summary = f"OK: 8 model(s) in {repo} are consistent, 0 warning(s)"
     assert (result.returncode, result.stdout.splitlines()) == (0, [summary])
     edit(config(repo, "preprocess"), 'key: "settings"', 'key: "note"')
     result = run_cli(str(repo))

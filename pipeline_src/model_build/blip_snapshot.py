@@ -20,11 +20,18 @@ from pipeline_src.steps.captioning import STANDIN_MARKER
 
 log = logging.getLogger(__name__)
 
+STANDIN_INIT_STD = 0.02  # the scale of the stand-in's random weights, vision and text alike
+
 STANDIN_SIZES = {
     # blip-image-captioning-base: ViT-B/16 at 384 px, BERT-base text decoder with cross-attention.
     "base": dict(hidden=768, layers=12, heads=12, intermediate=3072),
     "tiny": dict(hidden=32, layers=2, heads=2, intermediate=64),
 }
+# How much louder the image speaks in the text decoder (its cross-attention's value and output weights):
+# at 0.02 the tiny decoder's 32-wide layers carry so little of the image that five different photos got
+# one caption; 8x gives each its own (5 of 5 distinct), as base has at 1x. A stand-in's captions must
+# depend on its photo, or no test can tell whether a caption belongs to it.
+STANDIN_CROSS_ATTENTION_GAIN = {"base": 1.0, "tiny": 8.0}
 
 
 def bert_base_uncased_vocab() -> Path:
@@ -47,7 +54,9 @@ def standin_config(size: str, vocab_size: int, bos_token_id: int) -> BlipConfig:
     common = dict(hidden_size=dims["hidden"], num_hidden_layers=dims["layers"],
                   num_attention_heads=dims["heads"], intermediate_size=dims["intermediate"])
     return BlipConfig(
-        vision_config=dict(image_size=384, patch_size=16, **common),
+        # BlipVisionConfig initialises at 1e-10 by default: image embeddings would barely depend on the
+        # image, so every photo would get the same caption. 0.02, as the text side.
+        vision_config=dict(image_size=384, patch_size=16, initializer_range=STANDIN_INIT_STD, **common),
         text_config=dict(vocab_size=vocab_size, encoder_hidden_size=dims["hidden"], bos_token_id=bos_token_id,
                          pad_token_id=0, sep_token_id=102, max_position_embeddings=512, **common),
         projection_dim=dims["hidden"],
@@ -62,6 +71,10 @@ def save_standin(target: Path, size: str, seed: int = 0) -> Path:
     config = standin_config(size, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id)
     torch.manual_seed(seed)
     model = BlipForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for layer in model.text_decoder.bert.encoder.layer:
+            layer.crossattention.self.value.weight.mul_(STANDIN_CROSS_ATTENTION_GAIN[size])
+            layer.crossattention.output.dense.weight.mul_(STANDIN_CROSS_ATTENTION_GAIN[size])
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target)
     processor.save_pretrained(target)

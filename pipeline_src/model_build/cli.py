@@ -51,22 +51,35 @@ def build_classifier(args: argparse.Namespace) -> None:
 
 
 def build_captioner(args: argparse.Namespace) -> None:
-    from pipeline_src.steps.captioning import standin_info
     from pipeline_src.model_build import blip_snapshot
+    from pipeline_src.steps.captioning import standin_info
 
     target = args.repository / "captioner" / "1" / "blip"
     if (target / "config.json").exists() and not args.force:
         kind = standin_info(target)
         log.info("captioner: %s exists (%s; --force rebuilds it)", target,
                  f"stand-in {kind['size']}" if kind else "real weights")
-        return
-    if args.blip:
+    elif args.blip:
         blip_snapshot.save_real(args.blip, target)
         print(f"captioner: wrote {target} from {args.blip}")
     else:
         blip_snapshot.save_standin(target, args.blip_standin)
         print(f"captioner: wrote a {args.blip_standin} BLIP STAND-IN with RANDOM WEIGHTS to {target}: "
               "its captions are MEANINGLESS (use --blip for a real model)")
+    build_captioner_graphs(args.repository, target, force=args.force)
+
+
+def build_captioner_graphs(repository: Path, snapshot: Path, force: bool = False) -> None:
+    """The ONNX graphs of the snapshot, their int8 twins and the fidelity of each, checked against
+    Hugging Face fp32 (pipeline_src.model_build.blip_graphs)."""
+    from pipeline_src.model_build import blip_graphs
+
+    paths = blip_graphs.GraphPaths.in_repository(repository)
+    if paths.complete() and not force:
+        log.info("captioner: graphs in %s and %s exist (--force rebuilds them)", paths.vision.parent, paths.text_dir)
+        return
+    for line in blip_graphs.build(snapshot, paths):
+        print(f"captioner: {line}")
 
 
 def build(args: argparse.Namespace) -> None:
@@ -83,7 +96,7 @@ def build_repository_copy(destination: Path, blip_standin: str = "tiny") -> Path
     """A copy of this project's model_repository/ (configs, model.py files) at ``destination`` with its
     model files built: the offline-default classifier and a BLIP stand-in. For tests and benchmarks."""
     shutil.copytree(PROJECT_ROOT / "model_repository", destination,
-                    ignore=shutil.ignore_patterns("model.onnx", "blip", "__pycache__"))
+                    ignore=shutil.ignore_patterns("*.onnx", "blip", "text_decoder", "fidelity.json", "__pycache__"))
     build(parse_args(["--repository", str(destination), "--blip-standin", blip_standin]))
     return destination
 

@@ -1,5 +1,5 @@
 """Baseline (a), the course's way before this product: one FastAPI process that preprocesses,
-classifies and captions in-process, fp32, one request at a time. Same model files and step code as
+classifies and captions in-process, one request at a time, with Hugging Face BLIP fp32 `generate`. Same model files and step code as
 the pipeline, so the comparison measures the serving, not the models.
 
 ``python -m pipeline_src.profiling.course_server --repository model_repository --port 8090``
@@ -18,7 +18,7 @@ from pipeline_src.profiling.in_process import InProcessPipeline
 
 
 def create_app(repository: Path) -> FastAPI:
-    pipeline = InProcessPipeline(repository, cpu_precision="fp32")
+    pipeline = InProcessPipeline(repository, course=True)
     one_at_a_time = threading.Lock()
     app = FastAPI(title="course-style baseline")
 

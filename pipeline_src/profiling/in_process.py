@@ -12,10 +12,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 from pipeline_src.repository.loading import parse_config
-from pipeline_src.steps.captioning import BlipCaptioner
+from pipeline_src.steps.captioning import GreedyCaptioner, precision_file
 from pipeline_src.steps.classification import caption_plan, predict
 from pipeline_src.steps.imaging import image_tensors
-from pipeline_src.steps.onnx_classifier import OnnxClassifier
+from pipeline_src.steps.onnx_runtime import OnnxModel
+from pipeline_src.steps.precision import choose_precision
 from pipeline_src.steps.settings import StepSettings, declared_settings_class
 
 
@@ -33,26 +34,55 @@ class Answer:
     caption: str
 
 
-class InProcessPipeline:
-    """preprocess -> classifier -> label and prompt -> captioner, as plain function calls."""
+class OnnxBlip:
+    """The pipeline's captioning in this process: the vision encoder step, then the captioner step."""
 
-    def __init__(self, repository: Path, **captioner_overrides):
+    def __init__(self, repository: Path, vision_settings, captioner_settings):
+        vision_file = repository / "vision_encoder" / "1" / vision_settings.onnx_file
+        vision_precision = choose_precision(vision_settings.cpu_precision, vision_file.parent,
+                                            vision_settings.auto_min_agreement, on_gpu=False).precision
+        self.vision = OnnxModel(precision_file(vision_file, vision_precision),
+                                intra_op_threads=vision_settings.intra_op_threads)
+        version_dir = repository / "captioner" / "1"
+        graphs_dir = version_dir / captioner_settings.graphs_dir
+        self.precision = choose_precision(captioner_settings.cpu_precision, graphs_dir,
+                                          captioner_settings.auto_min_agreement, on_gpu=False).precision
+        self.captioner = GreedyCaptioner.load(version_dir / captioner_settings.model_dir, graphs_dir, self.precision,
+                                              intra_op_threads=captioner_settings.intra_op_threads,
+                                              max_new_tokens=captioner_settings.max_new_tokens,
+                                              repetition_penalty=captioner_settings.repetition_penalty)
+        self.precision = f"vision encoder {vision_precision}, text decoder {self.precision}"
+
+    def caption(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
+        return self.captioner.caption(self.vision(pixel_values), prompts)
+
+
+class InProcessPipeline:
+    """preprocess -> classifier -> label and prompt -> captioner, as plain function calls. ``course=True``
+    captions the course's way instead (Hugging Face BLIP fp32 ``generate``, one photo at a time)."""
+
+    def __init__(self, repository: Path, course: bool = False, **captioner_overrides):
         self.repository = repository
+        self.course = course
         self.preprocess_settings = step_settings(repository, "preprocess")
         classifier = step_settings(repository, "classifier")
         self.labelling = step_settings(repository, "label_and_caption")
+        # The knobs the vision encoder shares with the captioner apply to both.
+        self.vision_settings = step_settings(repository, "vision_encoder").replace(
+            **{key: value for key, value in captioner_overrides.items() if key in ("cpu_precision", "intra_op_threads")})
         self.captioner_settings = step_settings(repository, "captioner").replace(**captioner_overrides)
-        self.classifier = OnnxClassifier(str(repository / "classifier" / "1" / classifier.onnx_file),
-                                         intra_op_threads=classifier.intra_op_threads)
+        self.classifier = OnnxModel(repository / "classifier" / "1" / classifier.onnx_file,
+                                    intra_op_threads=classifier.intra_op_threads)
 
     @cached_property
-    def captioner(self) -> BlipCaptioner:
+    def captioner(self):
         """Loaded on first use: making inputs for the other steps does not need BLIP."""
-        settings = self.captioner_settings
-        return BlipCaptioner(str(self.repository / "captioner" / "1" / settings.model_dir),
-                             cpu_precision=settings.cpu_precision, torch_threads=settings.torch_threads,
-                             max_new_tokens=settings.max_new_tokens,
-                             num_beams=settings.num_beams, repetition_penalty=settings.repetition_penalty)
+        if self.course:
+            from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
+
+            snapshot = self.repository / "captioner" / "1" / self.captioner_settings.model_dir
+            return HuggingFaceCaptioner.load(snapshot, self.captioner_settings.max_new_tokens)
+        return OnnxBlip(self.repository, self.vision_settings, self.captioner_settings)
 
     def preprocess(self, photos: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
         tensors = [image_tensors(photo, self.preprocess_settings.max_pixels) for photo in photos]
@@ -66,18 +96,18 @@ class InProcessPipeline:
 
     def __call__(self, photos: Sequence[bytes]) -> list[Answer]:
         classifier_pixels, captioner_pixels = self.preprocess(photos)
-        predictions, prompts = self.prompts(self.classifier.logits(classifier_pixels))
+        predictions, prompts = self.prompts(self.classifier(classifier_pixels))
         captions = self.captioner.caption(captioner_pixels, prompts)
         return [Answer(p.label, p.probability, c) for p, c in zip(predictions, captions)]
 
     def step_seconds(self, photo: bytes, repeats: int = 3) -> dict[str, float]:
         """Each step's compute time for one photo (batch 1), best of ``repeats``."""
         classifier_pixels, captioner_pixels = self.preprocess([photo])
-        logits = self.classifier.logits(classifier_pixels)
+        logits = self.classifier(classifier_pixels)
         _, prompts = self.prompts(logits)
         return {
             "preprocess": best_seconds(lambda: self.preprocess([photo]), repeats),
-            "classifier": best_seconds(lambda: self.classifier.logits(classifier_pixels), repeats),
+            "classifier": best_seconds(lambda: self.classifier(classifier_pixels), repeats),
             "label_and_prompt": best_seconds(lambda: self.prompts(logits), repeats),
             "captioner": best_seconds(lambda: self.captioner.caption(captioner_pixels, prompts), repeats),
         }

@@ -2,7 +2,7 @@
 
 Each model gets one JSON file with one entry per photo (perf_analyzer sends them in turn). The step
 tensors are what the pipeline itself would pass that step: made by the real preprocessing, the real
-ONNX classifier and the real prompt logic, from the same photos. Encodings, as perf_analyzer's
+ONNX classifier and vision encoder and the real prompt logic, from the same photos. Encodings, as perf_analyzer's
 docs/input_data.md gives them: FP32 tensors as base64 of their little-endian bytes; BYTES elements as
 base64 of a 4-byte little-endian length followed by the bytes (the form Triton serialises them in).
 A model is covered when every one of its inputs is a tensor named here, so an ensemble or a step of
@@ -39,15 +39,17 @@ def pipeline_tensors(repository: Path, photos: Sequence[bytes]) -> dict[str, lis
     """Every tensor the pipeline passes, per photo, in perf_analyzer's encoding, by tensor name."""
     pipeline = InProcessPipeline(repository)
     classifier_pixels, captioner_pixels = pipeline.preprocess(photos)
-    logits = pipeline.classifier.logits(classifier_pixels)
+    logits = pipeline.classifier(classifier_pixels)
     predictions, prompts = pipeline.prompts(logits)
+    image_embeds = pipeline.captioner.vision(captioner_pixels)
     per_photo = {
         "IMAGE": [{"content": bytes_element(photo), "shape": [1]} for photo in photos],
         "input": [{"content": fp32_tensor(pixels), "shape": list(pixels.shape)} for pixels in classifier_pixels],
         "LOGITS": [{"content": fp32_tensor(row), "shape": list(row.shape)} for row in logits],
         "PROBABILITIES": [{"content": fp32_tensor(p.probabilities), "shape": [len(p.probabilities)]}
                           for p in predictions],
-        "PIXEL_VALUES": [{"content": fp32_tensor(pixels), "shape": list(pixels.shape)} for pixels in captioner_pixels],
+        "pixel_values": [{"content": fp32_tensor(pixels), "shape": list(pixels.shape)} for pixels in captioner_pixels],
+        "IMAGE_EMBEDS": [{"content": fp32_tensor(embeds), "shape": list(embeds.shape)} for embeds in image_embeds],
         "PROMPT": [{"content": bytes_element(prompt.encode("utf-8")), "shape": [1]} for prompt in prompts],
     }
     return per_photo

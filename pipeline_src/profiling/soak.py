@@ -1,5 +1,5 @@
-"""Load and soak through the API: every request answered once, by its own photo's result, and the
-servers' memory flat. ``benchmarks/soak.py`` runs it in full; tests/test_soak.py runs a short version."""
+"""Load and soak through the API: every request answered once, by its own photo's result (label,
+probability and caption), and the servers' memory flat. ``benchmarks/soak.py`` runs it in full; tests/test_soak.py runs a short version."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ PROBABILITY_TOLERANCE = 1e-5
 class Expected:
     label: str
     probability: float
+    caption: str
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Outcome:
     echoed_id: str = ""
     label: str = ""
     probability: float = float("nan")
+    caption: str = ""
     detail: str = ""
 
 
@@ -57,7 +59,7 @@ async def ground_truth(grpc_url: str, photos: Sequence[bytes]) -> list[Expected]
         truth = []
         for photo in photos:
             (result,) = await client.caption([photo])
-            truth.append(Expected(result.label, result.probability))
+            truth.append(Expected(result.label, result.probability, result.caption))
         return truth
 
 
@@ -82,7 +84,7 @@ async def drive_api(api_url: str, photos: Sequence[bytes], total: int, concurren
                                   echoed_id=response.headers.get("x-request-id", ""))
                 body = response.json()
                 if response.status_code == 200:
-                    outcome.label, outcome.probability = body["label"], body["probability"]
+                    outcome.label, outcome.probability, outcome.caption = body["label"], body["probability"], body["caption"]
                 else:
                     outcome.detail = body.get("detail", "")
                 outcomes.append(outcome)
@@ -101,11 +103,13 @@ def check(outcomes: Sequence[Outcome], truth: Sequence[Expected], sent: int, id_
             checks.failed.append(f"{outcome.request_id}: {outcome.status} {outcome.detail}")
             continue
         expected = truth[outcome.photo]
+        # A caption is exact: the captioner gives a row the same tokens in any batch.
         if (outcome.echoed_id != outcome.request_id or outcome.label != expected.label
-                or abs(outcome.probability - expected.probability) > PROBABILITY_TOLERANCE):
+                or abs(outcome.probability - expected.probability) > PROBABILITY_TOLERANCE
+                or outcome.caption != expected.caption):
             checks.mismatched.append(f"{outcome.request_id} (photo {outcome.photo}): got {outcome.label} "
-                                     f"{outcome.probability:.6f} as {outcome.echoed_id!r}, expected "
-                                     f"{expected.label} {expected.probability:.6f}")
+                                     f"{outcome.probability:.6f} {outcome.caption!r} as {outcome.echoed_id!r}, "
+                                     f"expected {expected.label} {expected.probability:.6f} {expected.caption!r}")
     return checks
 
 
@@ -167,6 +171,7 @@ async def soak(api_url: str, grpc_url: str, photos: Sequence[bytes], total: int,
     checks = check(outcomes, truth, total)
     return {"requests": total, "warmup_requests": warmup, "concurrency": concurrency, "photos": len(photos),
             "distinct_probabilities": len({round(expected.probability, 6) for expected in truth}),
+            "distinct_captions": len({expected.caption for expected in truth}),
             "answered": checks.answered, "failed": len(checks.failed), "lost": len(checks.lost),
             "mismatched": len(checks.mismatched), "ok": checks.ok, "wall_s": wall_s,
             **{key: value for key, value in latency_summary([o.latency_s for o in outcomes], wall_s).items()

@@ -3,6 +3,7 @@ callee models' configs: the callee exists, takes every tensor sent, and gives ev
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from pipeline_src.repository.loading import ModelEntry
@@ -95,3 +96,20 @@ def _check_read(callee: ModelEntry, read: BlsTensor, error: Complain) -> None:
 def _spec(label: str, tensor: BlsTensor) -> TensorSpec:
     """A BLS tensor carries the caller's request rows as its batch dimension."""
     return TensorSpec(label, tensor.data_type, tuple(tensor.dims), batched=True)
+
+
+def bls_callees(repository: Path, ensemble: str) -> list[str]:
+    """The models that the BLS steps of ``ensemble`` call (perf_analyzer's ``--bls-composing-models``)."""
+    from pipeline_src.repository.loading import load_models
+    from pipeline_src.steps.settings import declared_settings_class
+
+    models = load_models(repository, Report(repository))
+    callees = []
+    for step in models[ensemble].config.ensemble_scheduling.step:
+        config = models[step.model_name].config
+        parameters = {key: value.string_value for key, value in config.parameters.items()}
+        settings_class = declared_settings_class(parameters)
+        if settings_class is not None:
+            settings = settings_class.from_parameters(parameters)
+            callees += [call.callee(settings) for call in settings_class.BLS_CALLS]
+    return list(dict.fromkeys(callees))

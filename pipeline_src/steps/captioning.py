@@ -1,16 +1,27 @@
-"""BLIP conditional captioning: one batched ``generate`` for many images, each with its own prompt."""
+"""BLIP conditional captioning on ONNX Runtime: greedy decoding with a KV cache, the images of many
+requests generated together, each row's tokens those it would get alone.
+
+The graphs are those of ``pipeline_src.model_build.blip_onnx``: the cross-attention keys and values are
+computed once per image, then one decoder step per token reads them and the growing self-attention
+cache. Prompts of different lengths are left-padded; each row keeps its own positions (0 at its first
+real token) and a mask that hides the padding, so padding changes nothing in what a row attends to.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import torch
-from transformers import BlipForConditionalGeneration, BlipProcessor
+
+from pipeline_src.steps.onnx_runtime import onnx_session
 
 STANDIN_MARKER = "STAND_IN.json"  # present only in a stand-in snapshot built by scripts/build_models.py
+DECODER_SHAPE_FILE = "decoder.json"  # the text decoder's dimensions and special tokens, written by the build
+CROSS_KV_FILE = "cross_kv.onnx"
+DECODER_STEP_FILE = "decoder_step.onnx"
 
 
 def standin_info(model_dir: str | Path) -> dict | None:
@@ -19,86 +30,135 @@ def standin_info(model_dir: str | Path) -> dict | None:
     return json.loads(marker.read_text()) if marker.exists() else None
 
 
-CPU_FLAGS_WITH_NATIVE_BF16 = ("avx512_bf16", "amx_bf16")
+def precision_file(path: Path, precision: str) -> Path:
+    """``decoder_step.onnx`` for fp32, ``decoder_step.int8.onnx`` for int8 (same for every graph)."""
+    return path if precision == "fp32" else path.with_name(f"{path.stem}.{precision}{path.suffix}")
 
 
-def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether this CPU computes bf16 natively; without it bf16 matmuls are emulated and slower."""
-    try:
-        flags = set(cpuinfo.read_text().split())
-    except OSError:
-        return False
-    return any(flag in flags for flag in CPU_FLAGS_WITH_NATIVE_BF16)
+@dataclass
+class DecoderState:
+    """The KV cache of a batch of rows being generated, and what each row has seen so far."""
+
+    cross_keys: np.ndarray
+    cross_values: np.ndarray
+    keys: np.ndarray  # [layers, batch, heads, length, head_size]
+    values: np.ndarray
+    attention_mask: np.ndarray  # [batch, length]: 0 on left padding
+    next_position: np.ndarray  # [batch]: the position the row's next token takes
+    seen: list[list[int]] = field(default_factory=list)  # each row's tokens, prompt included (repetition penalty)
 
 
-def resolve_cpu_precision(requested: str) -> str:
-    """``auto`` -> the fastest measured for this kind of CPU (benchmarks/captioner_knobs.py): ``bf16``
-    where the CPU computes bf16 natively, else ``int8``. Any other value as is."""
-    if requested == "auto":
-        return "bf16" if cpu_has_native_bf16() else "int8"
-    return requested
+class TextDecoder:
+    """BLIP's text decoder as two ONNX Runtime sessions: cross-attention K/V once, then one step per token."""
+
+    def __init__(self, directory: Path, precision: str = "fp32", on_gpu: bool = False, device_id: int = 0,
+                 intra_op_threads: int = 0):
+        self.shape = json.loads((directory / DECODER_SHAPE_FILE).read_text())
+        self.cross_kv = onnx_session(precision_file(directory / CROSS_KV_FILE, precision), on_gpu, device_id,
+                                     intra_op_threads)
+        self.step = onnx_session(precision_file(directory / DECODER_STEP_FILE, precision), on_gpu, device_id,
+                                 intra_op_threads)
+
+    def prefill(self, image_embeds: np.ndarray, prompt_ids: Sequence[Sequence[int]]) -> tuple[np.ndarray, DecoderState]:
+        """The logits after each row's prompt, and the state to go on from."""
+        rows, width = len(prompt_ids), max(len(ids) for ids in prompt_ids)
+        input_ids = np.full((rows, width), self.shape["pad_token_id"], dtype=np.int64)
+        positions = np.zeros((rows, width), dtype=np.int64)
+        mask = np.zeros((rows, width), dtype=np.int64)
+        for row, ids in enumerate(prompt_ids):  # left padding: every row's last prompt token in the last column
+            input_ids[row, width - len(ids):] = ids
+            positions[row, width - len(ids):] = np.arange(len(ids))
+            mask[row, width - len(ids):] = 1
+        cross_keys, cross_values = self.cross_kv.run(None, {"image_embeds": np.ascontiguousarray(image_embeds)})
+        empty = np.zeros((self.shape["layers"], rows, self.shape["heads"], 0, self.shape["head_size"]), np.float32)
+        state = DecoderState(cross_keys, cross_values, empty, empty, mask[:, :0],
+                             np.array([len(ids) for ids in prompt_ids], dtype=np.int64),
+                             [list(ids) for ids in prompt_ids])
+        return self._run(state, input_ids, positions, mask), state
+
+    def advance(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
+        """Feed one token per row; the logits for the token after it."""
+        for seen, token in zip(state.seen, tokens):
+            seen.append(int(token))
+        positions = state.next_position[:, None].copy()
+        state.next_position += 1
+        return self._run(state, tokens.astype(np.int64)[:, None], positions,
+                         np.ones((len(tokens), 1), dtype=np.int64))
+
+    def _run(self, state: DecoderState, input_ids, positions, new_mask) -> np.ndarray:
+        state.attention_mask = np.concatenate([state.attention_mask, new_mask], axis=1)
+        logits, state.keys, state.values = self.step.run(None, {
+            "input_ids": input_ids, "position_ids": positions, "attention_mask": state.attention_mask,
+            "past_keys": state.keys, "past_values": state.values,
+            "cross_keys": state.cross_keys, "cross_values": state.cross_values,
+        })
+        return logits
 
 
-class BlipCaptioner:
-    """Wraps a local BLIP snapshot (``save_pretrained`` layout: model + processor files).
-
-    On a GPU: fp16 or fp32 weights. On a CPU, ``cpu_precision``: ``fp32`` (exact), ``bf16`` (bf16
-    weights), ``int8`` (dynamic int8 quantisation of every Linear layer: weights int8, activations
-    quantised per batch), or ``auto`` (the fastest of bf16 and int8 for this CPU).
-    """
-
-    def __init__(self, model_dir: str, device: str = "cpu", fp16: bool = False, cpu_precision: str = "fp32",
-                 torch_threads: int = 0, **generation):
-        self.device = torch.device(device)
-        if torch_threads and self.device.type == "cpu":
-            torch.set_num_threads(torch_threads)  # process-wide: in Triton, this step's stub is its own process
-        if self.device.type == "cuda":
-            self.precision = "fp16" if fp16 else "fp32"
-        else:
-            self.precision = resolve_cpu_precision(cpu_precision)
-        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.precision, torch.float32)
-        self.tokenizer = BlipProcessor.from_pretrained(model_dir).tokenizer
-        # Left padding: BLIP's generate drops each row's last token ([SEP]), so the prompts must end
-        # in the same column; generate derives position ids from the attention mask.
-        self.tokenizer.padding_side = "left"
-        model = BlipForConditionalGeneration.from_pretrained(model_dir, dtype=self.dtype)
-        if self.precision == "int8":
-            model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-        self.model = model.to(self.device).eval()
-        self.generation = {"do_sample": False, **generation}
-        # int8 dynamic quantisation scales activations per tensor, that is over the whole batch: a
-        # caption would depend on its batch mates. So int8 generates image by image (its whole-batch
-        # generate was no faster here); the other precisions batch freely (None: no limit).
-        self.rows_per_generate: int | None = 1 if self.precision == "int8" else None
-
-    def caption(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
-        """Captions for a batch of preprocessed images ``[n, 3, 384, 384]``; ``""`` means no prompt."""
-        if len(prompts) != len(pixel_values):
-            raise ValueError(f"{len(pixel_values)} images but {len(prompts)} prompts")
-        step = self.rows_per_generate or max(len(prompts), 1)
-        return [caption for start in range(0, len(prompts), step)
-                for caption in self._generate(pixel_values[start:start + step], prompts[start:start + step])]
-
-    @torch.inference_mode()
-    def _generate(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
-        text = self.tokenizer(list(prompts), padding=True, return_tensors="pt")
-        input_ids = text.input_ids
-        # BLIP's decoder starts from [DEC], not [CLS]; generate() would overwrite column 0 only,
-        # which for a left-padded row is padding.
-        input_ids[input_ids == self.tokenizer.cls_token_id] = self.model.config.text_config.bos_token_id
-        pixels = torch.from_numpy(np.ascontiguousarray(pixel_values)).to(self.device, self.dtype)
-        output_ids = self.model.generate(
-            pixel_values=pixels,
-            input_ids=input_ids.to(self.device),
-            attention_mask=text.attention_mask.to(self.device),
-            **self.generation,
-        )
-        # generate() returns the prompt (less its [SEP]) followed by the new tokens.
-        continuations = self.tokenizer.batch_decode(output_ids[:, input_ids.shape[1] - 1 :], skip_special_tokens=True)
-        return [_join(prompt, continuation) for prompt, continuation in zip(prompts, continuations)]
+def penalise_repetition(logits: np.ndarray, seen: list[list[int]], penalty: float) -> np.ndarray:
+    """Hugging Face's repetition penalty: each token seen so far is made less likely (divided when
+    positive, multiplied when negative)."""
+    logits = logits.copy()
+    for row, tokens in enumerate(seen):
+        tokens = np.unique(tokens)
+        scores = logits[row, tokens]
+        logits[row, tokens] = np.where(scores < 0, scores * penalty, scores / penalty)
+    return logits
 
 
-def _join(prompt: str, continuation: str) -> str:
+class GreedyCaptioner:
+    """Captions for a batch of image embeddings, each with its own prompt, as ``generate`` writes them."""
+
+    def __init__(self, decoder: TextDecoder, tokenizer, max_new_tokens: int = 20, repetition_penalty: float = 1.0):
+        self.decoder = decoder
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.repetition_penalty = repetition_penalty
+
+    @classmethod
+    def load(cls, snapshot_dir: Path, graphs_dir: Path, precision: str = "fp32", on_gpu: bool = False,
+             device_id: int = 0, intra_op_threads: int = 0, **generation) -> "GreedyCaptioner":
+        from transformers import AutoTokenizer  # the snapshot's own WordPiece tokenizer
+
+        decoder = TextDecoder(graphs_dir, precision, on_gpu, device_id, intra_op_threads)
+        return cls(decoder, AutoTokenizer.from_pretrained(str(snapshot_dir)), **generation)
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """The prompt as BLIP's generate feeds it: [DEC] in place of [CLS], without the closing [SEP]."""
+        ids = self.tokenizer(prompt).input_ids[:-1]
+        return [self.decoder.shape["bos_token_id"], *ids[1:]]
+
+    def caption(self, image_embeds: np.ndarray, prompts: Sequence[str]) -> list[str]:
+        """Captions for ``image_embeds [n, image tokens, width]``; ``""`` means no prompt."""
+        if len(prompts) != len(image_embeds):
+            raise ValueError(f"{len(image_embeds)} images but {len(prompts)} prompts")
+        if not prompts:
+            return []
+        new_tokens = self.generate(image_embeds, [self.prompt_ids(prompt) for prompt in prompts])
+        continuations = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        return [join_caption(prompt, continuation) for prompt, continuation in zip(prompts, continuations)]
+
+    def generate(self, image_embeds: np.ndarray, prompt_ids: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Each row's new tokens, up to and including [SEP] (or ``max_new_tokens`` of them)."""
+        sep = self.decoder.shape["sep_token_id"]
+        logits, state = self.decoder.prefill(image_embeds, prompt_ids)
+        generated: list[list[int]] = [[] for _ in prompt_ids]
+        unfinished = np.ones(len(prompt_ids), dtype=bool)
+        for step in range(self.max_new_tokens):
+            if self.repetition_penalty != 1.0:
+                logits = penalise_repetition(logits, state.seen, self.repetition_penalty)
+            tokens = np.where(unfinished, logits.argmax(axis=-1), self.decoder.shape["pad_token_id"])
+            for row in np.flatnonzero(unfinished):
+                generated[row].append(int(tokens[row]))
+            unfinished &= tokens != sep
+            if not unfinished.any() or step == self.max_new_tokens - 1:
+                break
+            logits = self.decoder.advance(state, tokens)
+        return generated
+
+
+def join_caption(prompt: str, continuation: str) -> str:
+    """The caption as the pipeline returns it: the prompt, then what BLIP wrote after it."""
     continuation = continuation.strip()
     if not prompt:
         return continuation

@@ -120,7 +120,9 @@ class PreprocessSettings(StepSettings):
 
 
 @dataclass(frozen=True)
-class ClassifierSettings(StepSettings):
+class OnnxStepSettings(StepSettings):
+    """A step that runs one ONNX model (pipeline_src.steps.onnx_step)."""
+
     onnx_file: str = "model.onnx"  # relative to the model version directory
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
 
@@ -128,6 +130,34 @@ class ClassifierSettings(StepSettings):
 
     def validate(self) -> None:
         _require(self.intra_op_threads >= 0, "intra_op_threads must be >= 0")
+
+
+@dataclass(frozen=True)
+class ClassifierSettings(OnnxStepSettings):
+    pass
+
+
+@dataclass(frozen=True)
+class PrecisionSettings(StepSettings):
+    """How a BLIP step computes on a CPU instance (pipeline_src.steps.precision): fp32 (exact, the
+    default), int8 (int8 weights, built next to the fp32 graphs), or auto (int8 where the build measured
+    its teacher-forced top-1 agreement with fp32 at ``auto_min_agreement`` or more, else fp32)."""
+
+    cpu_precision: str = "fp32"
+    auto_min_agreement: float = 0.99
+
+    CPU_PRECISIONS: ClassVar[tuple[str, ...]] = ("fp32", "int8", "auto")
+
+    def validate(self) -> None:
+        _require(self.cpu_precision in self.CPU_PRECISIONS, f"cpu_precision must be one of {self.CPU_PRECISIONS}")
+        _require(0.0 <= self.auto_min_agreement <= 1.0, "auto_min_agreement must lie in [0, 1]")
+
+
+@dataclass(frozen=True)
+class VisionEncoderSettings(PrecisionSettings, OnnxStepSettings):
+    def validate(self) -> None:
+        OnnxStepSettings.validate(self)
+        PrecisionSettings.validate(self)
 
 
 @dataclass(frozen=True)
@@ -141,7 +171,8 @@ class LabelAndCaptionSettings(StepSettings):
     CAPTIONER_CALL: ClassVar[BlsCall] = BlsCall(
         callee_field="captioner_model",
         inputs=(
-            BlsTensor("PIXEL_VALUES", "TYPE_FP32", (3, 384, 384), forwarded=True),
+            # the vision encoder's output: 577 image tokens (1 + 24 x 24 patches), its width the model's
+            BlsTensor("IMAGE_EMBEDS", "TYPE_FP32", (577, -1), forwarded=True),
             BlsTensor("PROMPT", "TYPE_STRING", (1,)),  # empty: an unconditional caption
         ),
         outputs=(BlsTensor("CAPTION", "TYPE_STRING", (1,)),),
@@ -155,23 +186,18 @@ class LabelAndCaptionSettings(StepSettings):
 
 
 @dataclass(frozen=True)
-class CaptionerSettings(StepSettings):
-    model_dir: str = "blip"  # a local Hugging Face snapshot, relative to the model version directory
-    max_new_tokens: int = 30
-    num_beams: int = 1
-    repetition_penalty: float = 1.0
-    fp16_on_gpu: bool = True
-    # How BLIP computes on a CPU instance: fp32 (exact), bf16 (bf16 weights), int8 (dynamic int8
-    # quantisation of the Linear layers), or auto (bf16 where the CPU has native bf16, else int8).
-    cpu_precision: str = "fp32"
-    torch_threads: int = 0  # torch intra-op threads on a CPU instance (0: torch's default)
+class CaptionerSettings(PrecisionSettings):
+    model_dir: str = "blip"  # the BLIP snapshot (its tokenizer), relative to the model version directory
+    graphs_dir: str = "text_decoder"  # cross_kv.onnx, decoder_step.onnx (and their .int8 twins), decoder.json
+    max_new_tokens: int = 20
+    repetition_penalty: float = 1.0  # 1.0: none (Hugging Face's definition otherwise)
+    intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
 
-    CPU_PRECISIONS = ("auto", "fp32", "bf16", "int8")
-    DIRECTORY_FIELDS = {"model_dir": ("config.json",)}  # a save_pretrained snapshot
+    DIRECTORY_FIELDS = {"model_dir": ("tokenizer_config.json",),
+                        "graphs_dir": ("cross_kv.onnx", "decoder_step.onnx", "decoder.json")}
 
     def validate(self) -> None:
+        super().validate()
         _require(self.max_new_tokens > 0, "max_new_tokens must be positive")
-        _require(self.num_beams > 0, "num_beams must be positive")
         _require(self.repetition_penalty > 0, "repetition_penalty must be positive")
-        _require(self.cpu_precision in self.CPU_PRECISIONS, f"cpu_precision must be one of {self.CPU_PRECISIONS}")
-        _require(self.torch_threads >= 0, "torch_threads must be >= 0")
+        _require(self.intra_op_threads >= 0, "intra_op_threads must be >= 0")

@@ -1,9 +1,11 @@
-"""Step 4, BLIP captioning: the images of all requests in one batched generate, each with its prompt."""
+"""Step 4, BLIP captioning: the image embeddings of all requests of an execute decoded together, greedy,
+on ONNX Runtime with a KV cache; each request's caption as it would be alone."""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline_src.steps.captioning import BlipCaptioner, standin_info
+from pipeline_src.steps.captioning import GreedyCaptioner, standin_info
+from pipeline_src.steps.precision import choose_precision
 from pipeline_src.steps.settings import CaptionerSettings
 from pipeline_src.steps.triton_step import StepContext, bytes_tensor, input_array, split_rows, stack_requests
 
@@ -13,29 +15,27 @@ class TritonPythonModel:
         self.step = StepContext(args)
         settings = CaptionerSettings.from_model_config(self.step.config)
         model_dir = self.step.version_dir / settings.model_dir
+        graphs_dir = self.step.version_dir / settings.graphs_dir
         standin = standin_info(model_dir)
         if standin:
             self.step.logger.log_warn(
                 f"{self.step.name}: {model_dir} is a STAND-IN BLIP ({standin['size']}, random weights): "
                 "its captions are MEANINGLESS. Build a real BLIP with scripts/build_models.py --blip."
             )
-        self.captioner = BlipCaptioner(
-            str(model_dir),
-            device=self.step.torch_device,
-            fp16=settings.fp16_on_gpu,
-            cpu_precision=settings.cpu_precision,
-            torch_threads=settings.torch_threads,
-            max_new_tokens=settings.max_new_tokens,
-            num_beams=settings.num_beams,
-            repetition_penalty=settings.repetition_penalty,
-        )
-        self.step.logger.log_info(f"{self.step.name}: BLIP on {self.captioner.device} in {self.captioner.precision}")
+        choice = choose_precision(settings.cpu_precision, graphs_dir, settings.auto_min_agreement, self.step.on_gpu)
+        self.captioner = GreedyCaptioner.load(model_dir, graphs_dir, choice.precision, on_gpu=self.step.on_gpu,
+                                              device_id=self.step.device_id,
+                                              intra_op_threads=settings.intra_op_threads,
+                                              max_new_tokens=settings.max_new_tokens,
+                                              repetition_penalty=settings.repetition_penalty)
+        self.step.logger.log_info(f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), "
+                                  f"providers {self.captioner.decoder.step.get_providers()}")
 
     def execute(self, requests):
-        pixels, sizes = stack_requests([input_array(request, "PIXEL_VALUES") for request in requests])
+        embeds, sizes = stack_requests([input_array(request, "IMAGE_EMBEDS") for request in requests])
         prompts = [p.decode("utf-8") for request in requests for p in input_array(request, "PROMPT").reshape(-1)]
         try:
-            captions = self.captioner.caption(pixels, prompts)
+            captions = self.captioner.caption(embeds, prompts)
         except Exception as exc:  # a generation failure fails this batch, reported per request
             return self.step.internal_errors(requests, exc)
         return [

@@ -12,7 +12,7 @@ from pipeline_src.steps.triton_step import StepContext, bytes_tensor, input_arra
 # The captioner call's tensor names and callee come from its declaration, which food11-validate checks
 # against the captioner's config.
 CAPTIONER_CALL = LabelAndCaptionSettings.CAPTIONER_CALL
-PIXELS_SENT, PROMPT_SENT = CAPTIONER_CALL.inputs  # PIXELS_SENT: this step's own input, forwarded as is
+EMBEDS_SENT, PROMPT_SENT = CAPTIONER_CALL.inputs  # EMBEDS_SENT: this step's own input, forwarded as is
 (CAPTION_READ,) = CAPTIONER_CALL.outputs
 
 
@@ -35,7 +35,7 @@ class TritonPythonModel:
             for prediction in predictions
         ]
         prompts = [prompt for prompt, _ in plans]
-        captions, failure = await self._caption(pb_utils.get_input_tensor_by_name(request, PIXELS_SENT.name), prompts,
+        captions, failure = await self._caption(pb_utils.get_input_tensor_by_name(request, EMBEDS_SENT.name), prompts,
                                                 request.trace())
         statuses = [failure or status for _, status in plans]
         return pb_utils.InferenceResponse(output_tensors=[
@@ -46,13 +46,13 @@ class TritonPythonModel:
             bytes_tensor("CAPTION_STATUS", statuses),
         ])
 
-    async def _caption(self, pixel_values, prompts, trace):
+    async def _caption(self, image_embeds, prompts, trace):
         """(captions, None), or (empty captions, the status saying why) when the captioner let us down.
         ``trace`` is the calling request's: a traced request's trace then shows the captioner as its child."""
         empty = [""] * len(prompts)
         request = pb_utils.InferenceRequest(
             model_name=CAPTIONER_CALL.callee(self.settings),
-            inputs=[pixel_values, bytes_tensor(PROMPT_SENT.name, prompts)],
+            inputs=[image_embeds, bytes_tensor(PROMPT_SENT.name, prompts)],
             requested_output_names=CAPTIONER_CALL.output_names,
             trace=trace,
         )

@@ -1,0 +1,191 @@
+"""``make bench-captioner``: the served pipeline against the course's way, side by side in one run.
+
+1. The course's way: this process preprocesses, classifies and captions one photo at a time with Hugging
+   Face BLIP fp32 ``generate``: photos per second and latency.
+2. The served pipeline, exact default (fp32): perf_analyzer on the ensemble at concurrency 1 and 8 (the
+   captioner under its composing models), server memory, and every served caption compared with Hugging
+   Face fp32 ``generate`` on the preprocessing step's own pixels and the pipeline's prompt.
+3. The same with ``cpu_precision=int8`` on the vision encoder and the captioner, with the build's
+   fidelity figures.
+4. With ``--previous-code DIR --previous-repository DIR``: the captioner as it was before (another
+   checkout of this project and its built repository), at concurrency 8, for throughput and memory.
+
+Figures to ``benchmarks/results/captioner_speed.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+from food11_client import Food11Client
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.in_process import InProcessPipeline
+from pipeline_src.profiling.perf_input import write_input_data
+from pipeline_src.profiling.photos import varied_photos
+from pipeline_src.profiling.report import commit_description, machine_description, markdown_table
+from pipeline_src.profiling.triton_stats import server_memory_mib
+from pipeline_src.repository.bls_calls import bls_callees
+from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.steps.classification import STATUS_OK, build_prompt
+from pipeline_src.steps.precision import read_fidelity
+
+RESULTS = PROJECT_ROOT / "benchmarks" / "results"
+ENSEMBLE = "food11_pipeline"
+INT8_STEPS = ("vision_encoder", "captioner")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository")
+    parser.add_argument("--photos", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--window", type=int, default=16, help="perf_analyzer requests per count window")
+    parser.add_argument("--previous-code", type=Path, help="a checkout whose pipeline_src the previous run imports")
+    parser.add_argument("--previous-repository", type=Path, help="that checkout's built model repository")
+    parser.add_argument("--name", default="captioner_speed")
+    return parser.parse_args(argv)
+
+
+def course_way(repository: Path, photos: list[bytes]) -> dict:
+    """One photo at a time, in this process, captioned by Hugging Face fp32 generate."""
+    pipeline = InProcessPipeline(repository, course=True)
+    pipeline([photos[0]])  # warm-up (first-call allocations)
+    latencies = []
+    for photo in photos:
+        started = time.perf_counter()
+        pipeline([photo])
+        latencies.append(time.perf_counter() - started)
+    return {"path": "course: Hugging Face fp32 generate, one photo at a time, in-process",
+            "concurrency": 1, "throughput": len(photos) / sum(latencies),
+            "p50_ms": 1000 * statistics.median(latencies)}
+
+
+def served(repository: Path, photos: list[bytes], input_file: Path, levels: list[int], window: int, label: str,
+           scratch: Path, precision: str | None = None, check_captions: bool = True) -> tuple[list[dict], dict]:
+    """perf_analyzer on the ensemble at each level; server memory; served captions against Hugging Face."""
+    server = TritonServer(repository, scratch / label, free_ports(),
+                          extra_args=("--model-control-mode=explicit", "--load-model=*"))
+    rows, extra = [], {}
+    with server:
+        if precision:
+            set_cpu_precision(server.grpc_url, precision)
+        for concurrency in levels:
+            measurement, stability = perf_analyzer.measure_stably(
+                ENSEMBLE, server.grpc_url, input_file, concurrency, scratch / f"{label}_{concurrency}.csv",
+                max(window, concurrency), bls_composing=bls_callees(repository, ENSEMBLE))
+            memory = server_memory_mib(server.process.pid)
+            rows.append({"path": label, **measurement.__dict__, "stability_percentage": stability,
+                         "server_pss_mib": memory["pss"]})
+            print(json.dumps(rows[-1]), flush=True)
+        if check_captions:
+            extra = caption_check(server.grpc_url, repository, photos)
+    return rows, extra
+
+
+def set_cpu_precision(grpc_url: str, precision: str) -> None:
+    """Reload the vision encoder and the captioner with ``cpu_precision`` changed (explicit model control)."""
+    raw = grpcclient.InferenceServerClient(grpc_url)
+    for model in INT8_STEPS:
+        config = raw.get_model_config(model, as_json=True)["config"]
+        config["parameters"]["cpu_precision"] = {"string_value": precision}
+        raw.load_model(model, config=json.dumps(config))
+    raw.close()
+
+
+def caption_check(grpc_url: str, repository: Path, photos: list[bytes]) -> dict:
+    """Each photo alone through the ensemble, against Hugging Face fp32 generate given the preprocess
+    step's output and the prompt the pipeline chose."""
+    with Food11Client(grpc_url, timeout_s=600) as client:
+        results = [client.caption([photo])[0] for photo in photos]
+    raw = grpcclient.InferenceServerClient(grpc_url)
+    image = grpcclient.InferInput("IMAGE", [len(photos), 1], "BYTES")
+    image.set_data_from_numpy(np.array([[photo] for photo in photos], dtype=np.object_))
+    pixels = raw.infer("preprocess", [image], outputs=[grpcclient.InferRequestedOutput("CAPTIONER_PIXELS")]
+                       ).as_numpy("CAPTIONER_PIXELS")
+    raw.close()
+    template = "a photo of {label},"
+    prompts = [build_prompt(template, r.label) if r.caption_status == STATUS_OK else "" for r in results]
+    course = HuggingFaceCaptioner.load(repository / "captioner" / "1" / "blip", max_new_tokens=20)
+    expected = course.caption(pixels, prompts)
+    return {"captions_identical_to_hugging_face": sum(r.caption == e for r, e in zip(results, expected)),
+            "captions": len(photos), "distinct_captions": len({r.caption for r in results})}
+
+
+def previous(args, input_file: Path, scratch: Path) -> list[dict]:
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = f"{args.previous_code}{os.pathsep}{saved}" if saved else str(args.previous_code)
+    try:
+        rows, _ = served(args.previous_repository, [], input_file, [8], args.window,
+                         "previous captioner (torch, its default cpu_precision)", scratch, check_captions=False)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = saved
+    return rows
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    photos = varied_photos(args.photos)
+    result = {"machine": machine_description(), "commit": commit_description(), "photos": len(photos),
+              "command": "python benchmarks/captioner_speed.py " + " ".join(argv or [])}
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        input_file = write_input_data(args.repository, photos, scratch / "input")[ENSEMBLE]
+        result["course"] = course_way(args.repository, photos)
+        print(json.dumps(result["course"]), flush=True)
+        result["exact"], result["exact_captions"] = served(args.repository, photos, input_file, args.concurrency,
+                                                           args.window, "served, exact (fp32)", scratch)
+        result["int8"], result["int8_captions"] = served(args.repository, photos, input_file, [8], args.window,
+                                                         "served, int8 weights", scratch, precision="int8")
+        if args.previous_code and args.previous_repository:
+            result["previous"] = previous(args, input_file, scratch)
+    result["fidelity"] = {step: read_fidelity(directory) for step, directory in (
+        ("vision_encoder", args.repository / "vision_encoder" / "1"),
+        ("text_decoder", args.repository / "captioner" / "1" / "text_decoder"))}
+    course = result["course"]["throughput"]
+    for row in [*result["exact"], *result["int8"], *result.get("previous", [])]:
+        row["vs_course"] = row["throughput"] / course
+        row["p50_vs_course_p50"] = row["p50_ms"] / result["course"]["p50_ms"]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{args.name}.md").write_text(report(result))
+    print(report(result))
+
+
+def report(result: dict) -> str:
+    rows = [result["course"], *result["exact"], *result["int8"], *result.get("previous", [])]
+    fidelity = result["fidelity"]
+    paragraphs = [
+        f"Machine: {result['machine']}. Commit {result['commit']}. {result['photos']} photos "
+        f"(`varied_photos`), BLIP stand-in base, 20 new tokens, greedy. Command: `{result['command']}`.",
+        f"Served captions identical to Hugging Face fp32 `generate` on the preprocessing step's pixels and the "
+        f"pipeline's prompt: exact {result['exact_captions']['captions_identical_to_hugging_face']} of "
+        f"{result['exact_captions']['captions']}, int8 {result['int8_captions']['captions_identical_to_hugging_face']}"
+        f" of {result['int8_captions']['captions']} (distinct captions served: "
+        f"{result['exact_captions']['distinct_captions']}).",
+        "Build-time fidelity of int8 against fp32 (teacher-forced, check photos): " + "; ".join(
+            f"{step} int8: top-1 {figures['options']['int8']['teacher_forced_top1']:.1%}, max relative logit error "
+            f"{figures['options']['int8']['max_relative_logit_error']:.1e}" for step, figures in fidelity.items()
+            if figures) + (f"; both int8: top-1 {fidelity['text_decoder']['both_int8']['teacher_forced_top1']:.1%}"
+                           if fidelity.get("text_decoder") else ""),
+    ]
+    return markdown_table("Captioner: served pipeline vs the course's way", paragraphs,
+                          ["path", "concurrency", "throughput", "vs_course", "p50_ms", "p50_vs_course_p50",
+                           "p95_ms", "server_pss_mib", "stability_percentage"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Build the captioner's ONNX graphs from a BLIP snapshot: export, int8 twins, fidelity of each.
+
+The fp32 graphs must reproduce Hugging Face's fp32 ``generate`` on the check photos, or the build stops
+with the figures. Each int8 graph's fidelity is measured with everything else in fp32, and written next to
+it (``fidelity.json``), where a step's ``cpu_precision=auto`` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from pipeline_src.model_build import blip_onnx, blip_fidelity
+from pipeline_src.model_build.int8_weights import quantize_weights_int8
+from pipeline_src.steps.captioning import DECODER_SHAPE_FILE, TextDecoder, precision_file
+from pipeline_src.steps.onnx_runtime import OnnxModel
+from pipeline_src.steps.precision import FIDELITY_FILE
+
+log = logging.getLogger(__name__)
+
+CHECK_MAX_NEW_TOKENS = 20  # the captioner's default
+
+
+@dataclass(frozen=True)
+class GraphPaths:
+    vision: Path  # vision_encoder/1/model.onnx
+    text_dir: Path  # captioner/1/text_decoder/
+
+    @classmethod
+    def in_repository(cls, repository: Path) -> "GraphPaths":
+        return cls(repository / "vision_encoder" / "1" / "model.onnx", repository / "captioner" / "1" / "text_decoder")
+
+    @property
+    def text_graphs(self) -> list[Path]:
+        return [self.text_dir / blip_onnx.CROSS_KV_FILE, self.text_dir / blip_onnx.DECODER_STEP_FILE]
+
+    def complete(self) -> bool:
+        """Written last, the fidelity files mean a finished build."""
+        return (self.vision.parent / FIDELITY_FILE).is_file() and (self.text_dir / FIDELITY_FILE).is_file()
+
+
+def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
+    """Export, quantise, measure; yields one line per stage for the build's output."""
+    from transformers import AutoTokenizer, BlipForConditionalGeneration
+
+    for stale in (paths.vision.parent / FIDELITY_FILE, paths.text_dir / FIDELITY_FILE):
+        stale.unlink(missing_ok=True)
+    blip = BlipForConditionalGeneration.from_pretrained(str(snapshot)).eval()
+    shape = blip_onnx.export_graphs(blip, paths.text_dir, paths.vision)
+    (paths.text_dir / DECODER_SHAPE_FILE).write_text(json.dumps(shape.as_dict(), indent=2) + "\n")
+    yield f"exported {paths.vision}, {', '.join(path.name for path in paths.text_graphs)} in {paths.text_dir}"
+
+    for graph in (paths.vision, *paths.text_graphs):
+        quantize_weights_int8(graph, precision_file(graph, "int8"))
+    yield "wrote the int8-weight twins (*.int8.onnx)"
+
+    tokenizer = AutoTokenizer.from_pretrained(str(snapshot))
+    captioner_prompt_ids = _prompt_ids(tokenizer, shape.bos_token_id)
+    pixels = blip_fidelity.check_pixels()
+    prompt_ids = [captioner_prompt_ids(prompt) for prompt in blip_fidelity.check_prompts(len(pixels))]
+    reference = blip_fidelity.hf_reference(blip, prompt_ids, pixels, CHECK_MAX_NEW_TOKENS)
+    del blip
+
+    def figures(vision: str, text: str) -> dict:
+        return blip_fidelity.measure(reference, OnnxModel(precision_file(paths.vision, vision)),
+                                     TextDecoder(paths.text_dir, text), pixels, CHECK_MAX_NEW_TOKENS)
+
+    exact = figures("fp32", "fp32")
+    blip_fidelity.require_exact(exact, f"captioner built from {snapshot}")
+    yield f"fp32 graphs reproduce Hugging Face fp32 generate: {_describe(exact)}"
+    vision_int8, text_int8, both_int8 = figures("int8", "fp32"), figures("fp32", "int8"), figures("int8", "int8")
+    _write_fidelity(paths.vision.parent, exact, vision_int8, "vision encoder int8, text decoder fp32", both_int8)
+    _write_fidelity(paths.text_dir, exact, text_int8, "text decoder int8, vision encoder fp32", both_int8)
+    for what, measured in (("vision encoder int8", vision_int8), ("text decoder int8", text_int8),
+                           ("both int8", both_int8)):
+        yield f"{what}: {_describe(measured)}"
+
+
+def _prompt_ids(tokenizer, bos_token_id: int):
+    def prompt_ids(prompt: str) -> list[int]:  # as GreedyCaptioner.prompt_ids
+        return [bos_token_id, *tokenizer(prompt).input_ids[1:-1]]
+    return prompt_ids
+
+
+def _describe(figures: dict) -> str:
+    return (f"{figures['captions_identical']}/{figures['captions']} captions identical, teacher-forced top-1 "
+            f"{figures['teacher_forced_top1']:.1%} of {figures['teacher_forced_tokens']} tokens, max relative logit "
+            f"error {figures['max_relative_logit_error']:.1e}")
+
+
+def _write_fidelity(directory: Path, exact: dict, int8: dict, int8_means: str, both_int8: dict) -> None:
+    document = {
+        "reference": "Hugging Face BLIP fp32 generate (greedy), one photo at a time",
+        "check_inputs": f"{exact['captions']} photos from tests/photos (originals, mirrored, cropped) with prompts "
+                        f"{list(blip_fidelity.CHECK_PROMPTS)}, {CHECK_MAX_NEW_TOKENS} new tokens",
+        "options": {"fp32": exact, "int8": {**int8, "means": int8_means}},
+        "both_int8": both_int8,
+    }
+    (directory / FIDELITY_FILE).write_text(json.dumps(document, indent=2) + "\n")

@@ -1,0 +1,178 @@
+"""BLIP captioning as three ONNX graphs, each computed once per image or per token:
+
+- ``vision_encoder.onnx``: ``pixel_values [b, 3, 384, 384]`` -> ``image_embeds [b, 577, H]`` (a Triton step
+  of its own, batched by the dynamic batcher);
+- ``cross_kv.onnx``: ``image_embeds`` -> ``cross_keys, cross_values [L, b, heads, 577, d]``, the keys and
+  values every decoder layer's cross-attention reads at every token, computed once per image;
+- ``decoder_step.onnx``: the next token's logits from the new tokens, their positions, the self-attention
+  mask and the KV cache: ``input_ids, position_ids [b, t]``, ``attention_mask [b, past + t]`` (1: a token,
+  0: left padding), ``past_keys, past_values [L, b, heads, past, d]``, ``cross_keys, cross_values`` ->
+  ``logits [b, vocab]`` (last position), ``present_keys, present_values [L, b, heads, past + t, d]``.
+
+The modules below reuse Hugging Face's layers (embeddings, projections, layer norms, feed-forward, LM
+head) and spell out only the attention over the cache, with the same operations in the same order as
+``BlipTextSelfAttention``: the graphs compute what ``generate`` computes (checked by ``blip_fidelity``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import BlipForConditionalGeneration
+
+OPSET = 17
+VISION_ENCODER_FILE = "vision_encoder.onnx"
+CROSS_KV_FILE = "cross_kv.onnx"
+DECODER_STEP_FILE = "decoder_step.onnx"
+
+VISION_INPUT, VISION_OUTPUT = "pixel_values", "image_embeds"
+CROSS_KV_OUTPUTS = ["cross_keys", "cross_values"]
+DECODER_INPUTS = ["input_ids", "position_ids", "attention_mask", "past_keys", "past_values", "cross_keys",
+                  "cross_values"]
+DECODER_OUTPUTS = ["logits", "present_keys", "present_values"]
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    """What the greedy loop needs to know of the text decoder (written next to the graphs)."""
+
+    layers: int
+    heads: int
+    head_size: int
+    image_tokens: int
+    hidden_size: int
+    vision_hidden_size: int
+    vocab_size: int
+    bos_token_id: int  # [DEC]: BLIP's decoder starts from it, not from [CLS]
+    sep_token_id: int  # ends a caption
+    pad_token_id: int
+
+    @classmethod
+    def of(cls, blip: BlipForConditionalGeneration) -> "DecoderShape":
+        text, vision = blip.config.text_config, blip.config.vision_config
+        return cls(layers=text.num_hidden_layers, heads=text.num_attention_heads,
+                   head_size=text.hidden_size // text.num_attention_heads,
+                   image_tokens=(vision.image_size // vision.patch_size) ** 2 + 1,
+                   hidden_size=text.hidden_size, vision_hidden_size=vision.hidden_size,
+                   vocab_size=text.vocab_size, bos_token_id=text.bos_token_id,
+                   sep_token_id=text.sep_token_id, pad_token_id=text.pad_token_id)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _split_heads(states: torch.Tensor, heads: int) -> torch.Tensor:
+    """[b, s, heads * d] -> [b, heads, s, d], as BLIP's attention views and transposes them."""
+    batch, length, _ = states.shape
+    return states.view(batch, length, heads, -1).transpose(1, 2)
+
+
+def _attend(query, keys, values, additive_mask, head_size: int) -> torch.Tensor:
+    """BlipTextSelfAttention's arithmetic, in its order; -> [b, t, heads * d]."""
+    scores = torch.matmul(query, keys.transpose(-1, -2)) / math.sqrt(head_size)
+    if additive_mask is not None:
+        scores = scores + additive_mask
+    context = torch.matmul(nn.functional.softmax(scores, dim=-1), values)
+    batch, _, length, _ = context.shape
+    return context.permute(0, 2, 1, 3).reshape(batch, length, -1)
+
+
+class VisionEncoder(nn.Module):
+    def __init__(self, blip: BlipForConditionalGeneration):
+        super().__init__()
+        self.vision = blip.vision_model
+
+    def forward(self, pixel_values):
+        return self.vision(pixel_values=pixel_values)[0]
+
+
+class CrossKeysValues(nn.Module):
+    def __init__(self, blip: BlipForConditionalGeneration):
+        super().__init__()
+        self.attentions = nn.ModuleList(layer.crossattention.self for layer in blip.text_decoder.bert.encoder.layer)
+        self.heads = blip.config.text_config.num_attention_heads
+
+    def forward(self, image_embeds):
+        keys = [_split_heads(attention.key(image_embeds), self.heads) for attention in self.attentions]
+        values = [_split_heads(attention.value(image_embeds), self.heads) for attention in self.attentions]
+        return torch.stack(keys), torch.stack(values)
+
+
+class DecoderStep(nn.Module):
+    def __init__(self, blip: BlipForConditionalGeneration):
+        super().__init__()
+        decoder = blip.text_decoder
+        self.embeddings = decoder.bert.embeddings
+        self.layers = decoder.bert.encoder.layer
+        self.lm_head = decoder.cls
+        self.heads = blip.config.text_config.num_attention_heads
+        self.head_size = blip.config.text_config.hidden_size // self.heads
+
+    def forward(self, input_ids, position_ids, attention_mask, past_keys, past_values, cross_keys, cross_values):
+        hidden = self.embeddings(input_ids=input_ids, position_ids=position_ids)
+        mask = self._causal_padding_mask(attention_mask, input_ids.shape[1])
+        present_keys, present_values = [], []
+        for index, layer in enumerate(self.layers):
+            own = layer.attention.self
+            keys = torch.cat([past_keys[index], _split_heads(own.key(hidden), self.heads)], dim=2)
+            values = torch.cat([past_values[index], _split_heads(own.value(hidden), self.heads)], dim=2)
+            present_keys.append(keys)
+            present_values.append(values)
+            context = _attend(_split_heads(own.query(hidden), self.heads), keys, values, mask, self.head_size)
+            attended = layer.attention.output(context, hidden)
+            cross = layer.crossattention
+            context = _attend(_split_heads(cross.self.query(attended), self.heads), cross_keys[index],
+                              cross_values[index], None, self.head_size)  # every image token is attended
+            attended = cross.output(context, attended)
+            hidden = layer.output(layer.intermediate(attended), attended)
+        # [b, 1, H] rather than [b, H]: exported as MatMul (not Gemm), which the int8 build quantises too.
+        logits = self.lm_head(hidden[:, -1:, :])[:, 0, :]
+        return logits, torch.stack(present_keys), torch.stack(present_values)
+
+    @staticmethod
+    def _causal_padding_mask(attention_mask, new_tokens):
+        """[b, 1, t, past + t]: 0 where a new token may look (an earlier or the same position, not padding),
+        the smallest float elsewhere (as Hugging Face's eager causal mask)."""
+        total = attention_mask.shape[1]
+        key_positions = torch.arange(total, device=attention_mask.device)
+        query_positions = torch.arange(total - new_tokens, total, device=attention_mask.device)
+        visible = (key_positions[None, :] <= query_positions[:, None])[None, None] & attention_mask[:, None, None, :].bool()
+        return torch.where(visible, 0.0, torch.finfo(torch.float32).min)
+
+
+def export_graphs(blip: BlipForConditionalGeneration, directory: Path, vision_path: Path) -> DecoderShape:
+    """Write the three graphs: the vision encoder to ``vision_path``, the text side into ``directory``."""
+    blip = blip.float().eval()
+    shape = DecoderShape.of(blip)
+    directory.mkdir(parents=True, exist_ok=True)
+    vision_path.parent.mkdir(parents=True, exist_ok=True)
+    batch, past, new = 2, 3, 2  # sample sizes; every one of them is a dynamic axis
+    pixels = torch.zeros(batch, 3, 384, 384)
+    embeds = torch.zeros(batch, shape.image_tokens, shape.vision_hidden_size)
+    cache = torch.zeros(shape.layers, batch, shape.heads, past, shape.head_size)
+    cross = torch.zeros(shape.layers, batch, shape.heads, shape.image_tokens, shape.head_size)
+    ids = torch.full((batch, new), shape.bos_token_id, dtype=torch.long)
+    with torch.inference_mode():
+        _export(VisionEncoder(blip), (pixels,), vision_path, [VISION_INPUT], [VISION_OUTPUT],
+                {VISION_INPUT: {0: "batch"}, VISION_OUTPUT: {0: "batch"}})
+        _export(CrossKeysValues(blip), (embeds,), directory / CROSS_KV_FILE, [VISION_OUTPUT], CROSS_KV_OUTPUTS,
+                {VISION_OUTPUT: {0: "batch"}, **{name: {1: "batch"} for name in CROSS_KV_OUTPUTS}})
+        _export(DecoderStep(blip),
+                (ids, torch.arange(past, past + new).repeat(batch, 1), torch.ones(batch, past + new, dtype=torch.long), cache, cache.clone(), cross,
+                 cross.clone()),
+                directory / DECODER_STEP_FILE, DECODER_INPUTS, DECODER_OUTPUTS,
+                {"input_ids": {0: "batch", 1: "new"}, "position_ids": {0: "batch", 1: "new"},
+                 "attention_mask": {0: "batch", 1: "total"}, "past_keys": {1: "batch", 3: "past"},
+                 "past_values": {1: "batch", 3: "past"}, "cross_keys": {1: "batch"}, "cross_values": {1: "batch"},
+                 "logits": {0: "batch"}, "present_keys": {1: "batch", 3: "total"},
+                 "present_values": {1: "batch", 3: "total"}})
+    return shape
+
+
+def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict) -> None:
+    torch.onnx.export(module, args, str(path), input_names=inputs, output_names=outputs, dynamic_axes=axes,
+                      opset_version=OPSET, dynamo=False)

@@ -1,0 +1,45 @@
+"""The course's way of captioning, and the reference the captioner's graphs are checked against:
+Hugging Face BLIP in PyTorch fp32, greedy ``generate``, one photo at a time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from transformers import AutoTokenizer, BlipForConditionalGeneration
+
+from pipeline_src.steps.captioning import join_caption
+
+
+class HuggingFaceCaptioner:
+    def __init__(self, model: BlipForConditionalGeneration, tokenizer, max_new_tokens: int = 20):
+        self.model = model.float().eval()
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.sep_token_id = model.config.text_config.sep_token_id
+
+    @classmethod
+    def load(cls, snapshot_dir: str | Path, max_new_tokens: int = 20) -> "HuggingFaceCaptioner":
+        return cls(BlipForConditionalGeneration.from_pretrained(str(snapshot_dir)),
+                   AutoTokenizer.from_pretrained(str(snapshot_dir)), max_new_tokens)
+
+    @torch.inference_mode()
+    def new_tokens(self, pixel_values: np.ndarray, prompt_ids: Sequence[int]) -> list[int]:
+        """``generate``'s new tokens for one image ``[3, 384, 384]``, up to and including [SEP]. ``prompt_ids``
+        as the captioner feeds them ([DEC] first, no [SEP])."""
+        # generate() takes the tokenizer's layout, [CLS] ... [SEP]: it puts [DEC] first and drops [SEP] itself.
+        given = torch.tensor([[*prompt_ids, self.sep_token_id]])
+        output = self.model.generate(pixel_values=torch.from_numpy(np.ascontiguousarray(pixel_values[None])),
+                                     input_ids=given, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1)
+        return output[0, len(prompt_ids):].tolist()
+
+    def caption(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
+        """Captions for ``pixel_values [n, 3, 384, 384]``, one ``generate`` per photo."""
+        captions = []
+        for pixels, prompt in zip(pixel_values, prompts):
+            ids = [self.model.config.text_config.bos_token_id, *self.tokenizer(prompt).input_ids[1:-1]]
+            new = self.new_tokens(pixels, ids)
+            captions.append(join_caption(prompt, self.tokenizer.decode(new, skip_special_tokens=True)))
+        return captions

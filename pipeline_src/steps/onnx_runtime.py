@@ -1,0 +1,49 @@
+"""ONNX Runtime sessions for the steps: CUDA on a GPU instance, CPU otherwise."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+log = logging.getLogger(__name__)
+
+
+def execution_providers(on_gpu: bool, device_id: int = 0) -> list:
+    """CUDA first on a GPU instance (falling back to the CPU if this ONNX Runtime build lacks it)."""
+    if not on_gpu:
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        log.warning("GPU instance, but this onnxruntime has no CUDA provider: running on the CPU "
+                    "(install onnxruntime-gpu)")
+        return ["CPUExecutionProvider"]
+    return [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
+
+
+def onnx_session(path: str | Path, on_gpu: bool = False, device_id: int = 0,
+                 intra_op_threads: int = 0) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads  # 0: ONNX Runtime's default, one per physical core
+    # Idle threads sleep instead of spinning: on a CPU server the cores they would burn between batches
+    # are the other steps'.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=execution_providers(on_gpu, device_id))
+
+
+class OnnxModel:
+    """A one-input, one-output ONNX model (the classifier, the vision encoder): one session run for a
+    whole stacked batch of requests."""
+
+    def __init__(self, onnx_path: str | Path, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0):
+        self.session = onnx_session(onnx_path, on_gpu, device_id, intra_op_threads)
+        (self.input,) = self.session.get_inputs()
+        self.output = self.session.get_outputs()[0]
+
+    @property
+    def providers(self) -> list[str]:
+        return self.session.get_providers()
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        return self.session.run([self.output.name], {self.input.name: batch})[0]

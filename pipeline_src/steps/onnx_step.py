@@ -1,0 +1,45 @@
+"""A Triton step that runs one ONNX model on the stacked requests of an execute (the classifier, the
+vision encoder). Imported only inside Triton. A step's ``model.py`` subclasses ``OnnxStep`` and names
+its settings class; the config's input and output are the ONNX file's own."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import triton_python_backend_utils as pb_utils
+
+from pipeline_src.steps.onnx_runtime import OnnxModel
+from pipeline_src.steps.precision import choose_precision
+from pipeline_src.steps.settings import OnnxStepSettings, PrecisionSettings
+from pipeline_src.steps.triton_step import StepContext, input_array, split_rows, stack_requests
+from pipeline_src.steps.captioning import precision_file
+
+
+class OnnxStep:
+    SETTINGS: ClassVar[type[OnnxStepSettings]]
+
+    def initialize(self, args):
+        self.step = StepContext(args)
+        settings = self.SETTINGS.from_model_config(self.step.config)
+        path = self.step.version_dir / settings.onnx_file
+        precision = "fp32"
+        if isinstance(settings, PrecisionSettings):
+            choice = choose_precision(settings.cpu_precision, path.parent, settings.auto_min_agreement, self.step.on_gpu)
+            precision = choice.precision
+            self.step.logger.log_info(f"{self.step.name}: {precision} ({choice.reason})")
+        self.model = OnnxModel(precision_file(path, precision), on_gpu=self.step.on_gpu,
+                               device_id=self.step.device_id, intra_op_threads=settings.intra_op_threads)
+        self.input_name = self.step.config["input"][0]["name"]
+        self.output_name = self.step.config["output"][0]["name"]
+        self.step.logger.log_info(f"{self.step.name}: ONNX Runtime providers {self.model.providers}")
+
+    def execute(self, requests):
+        batch, sizes = stack_requests([input_array(request, self.input_name) for request in requests])
+        try:
+            outputs = self.model(batch)
+        except Exception as exc:  # an ONNX Runtime failure fails this batch, reported per request
+            return self.step.internal_errors(requests, exc)
+        return [
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(self.output_name, rows)])
+            for rows in split_rows(outputs, sizes)
+        ]
