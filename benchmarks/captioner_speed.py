@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -140,7 +141,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     photos = varied_photos(args.photos)
     result = {"machine": machine_description(), "commit": commit_description(), "photos": len(photos),
-              "command": "python benchmarks/captioner_speed.py " + " ".join(argv or [])}
+              "command": " ".join(["python", "benchmarks/captioner_speed.py", *(sys.argv[1:] if argv is None else argv)])}
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         input_file = write_input_data(args.repository, photos, scratch / "input")[ENSEMBLE]
