@@ -75,7 +75,7 @@ def course_way(repository: Path, photos: list[bytes]) -> dict:
 def served(repository: Path, photos: list[bytes], input_file: Path, levels: list[int], window: int, label: str,
            scratch: Path, precision: str | None = None, check_captions: bool = True) -> tuple[list[dict], dict]:
     """perf_analyzer on the ensemble at each level; server memory; served captions against Hugging Face."""
-    server = TritonServer(repository, scratch / label, free_ports(),
+    server = TritonServer(repository, scratch / f"triton{len(list(scratch.glob('triton*')))}", free_ports(),
                           extra_args=("--model-control-mode=explicit", "--load-model=*"))
     rows, extra = [], {}
     with server:
