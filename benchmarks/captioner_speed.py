@@ -87,7 +87,7 @@ def served(repository: Path, photos: list[bytes], input_file: Path, levels: list
                 max(window, concurrency), bls_composing=bls_callees(repository, ENSEMBLE))
             memory = server_memory_mib(server.process.pid)
             rows.append({"path": label, **measurement.__dict__, "stability_percentage": stability,
-                         "server_pss_mib": memory["pss"]})
+                         "server_pss_mib": memory["pss_mib"]})
             print(json.dumps(rows[-1]), flush=True)
         if check_captions:
             extra = caption_check(server.grpc_url, repository, photos)
