@@ -7,8 +7,12 @@
    Face fp32 ``generate`` on the preprocessing step's own pixels and the pipeline's prompt.
 3. The same with ``cpu_precision=int8`` on the vision encoder and the captioner, with the build's
    fidelity figures.
-4. With ``--previous-code DIR --previous-repository DIR``: the captioner as it was before (another
-   checkout of this project and its built repository), at concurrency 8, for throughput and memory.
+4. With ``--previous-python DIR --previous-repository DIR``: the captioner as it was before, at
+   concurrency 8, for throughput and memory. DIR is the ``bin`` of a virtualenv whose Python imports the
+   previous checkout (the Python-backend stubs take their environment from ``python3`` on PATH), e.g.
+   ``python3 -m venv --without-pip /tmp/prev`` with a ``.pth`` file in its site-packages listing the
+   checkout, its ``client`` folder and this virtualenv's site-packages; the repository is that checkout's,
+   built by its own ``scripts/build_models.py``.
 
 Figures to ``benchmarks/results/captioner_speed.{json,md}``.
 """
@@ -52,7 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--photos", type=int, default=8)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--window", type=int, default=16, help="perf_analyzer requests per count window")
-    parser.add_argument("--previous-code", type=Path, help="a checkout whose pipeline_src the previous run imports")
+    parser.add_argument("--previous-python", type=Path,
+                        help="the bin folder of a virtualenv whose Python imports the previous checkout")
     parser.add_argument("--previous-repository", type=Path, help="that checkout's built model repository")
     parser.add_argument("--name", default="captioner_speed")
     return parser.parse_args(argv)
@@ -72,11 +77,27 @@ def course_way(repository: Path, photos: list[bytes]) -> dict:
             "p50_ms": 1000 * statistics.median(latencies)}
 
 
+class TritonWithPython(TritonServer):
+    """A tritonserver whose Python-backend stubs run another virtualenv's Python (another checkout's code)."""
+
+    def __init__(self, *args, python_bin: Path, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.python_bin = python_bin
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        env["PATH"] = f"{self.python_bin}{os.pathsep}{env['PATH']}"
+        return env
+
+
 def served(repository: Path, photos: list[bytes], input_file: Path, levels: list[int], window: int, label: str,
-           scratch: Path, precision: str | None = None, check_captions: bool = True) -> tuple[list[dict], dict]:
+           scratch: Path, precision: str | None = None, check_captions: bool = True,
+           python_bin: Path | None = None) -> tuple[list[dict], dict]:
     """perf_analyzer on the ensemble at each level; server memory; served captions against Hugging Face."""
-    server = TritonServer(repository, scratch / f"triton{len(list(scratch.glob('triton*')))}", free_ports(),
-                          extra_args=("--model-control-mode=explicit", "--load-model=*"))
+    work_dir, ports = scratch / f"triton{len(list(scratch.glob('triton*')))}", free_ports()
+    extra_args = ("--model-control-mode=explicit", "--load-model=*")
+    server = (TritonWithPython(repository, work_dir, ports, extra_args=extra_args, python_bin=python_bin)
+              if python_bin else TritonServer(repository, work_dir, ports, extra_args=extra_args))
     rows, extra = [], {}
     with server:
         if precision:
@@ -124,16 +145,9 @@ def caption_check(grpc_url: str, repository: Path, photos: list[bytes]) -> dict:
 
 
 def previous(args, input_file: Path, scratch: Path) -> list[dict]:
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = f"{args.previous_code}{os.pathsep}{saved}" if saved else str(args.previous_code)
-    try:
-        rows, _ = served(args.previous_repository, [], input_file, [8], args.window,
-                         "previous captioner (torch, its default cpu_precision)", scratch, check_captions=False)
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH")
-        else:
-            os.environ["PYTHONPATH"] = saved
+    rows, _ = served(args.previous_repository, [], input_file, [8], args.window,
+                     "previous captioner (torch, its default cpu_precision auto: int8)", scratch,
+                     check_captions=False, python_bin=args.previous_python)
     return rows
 
 
@@ -151,7 +165,7 @@ def main(argv=None) -> None:
                                                            args.window, "served, exact (fp32)", scratch)
         result["int8"], result["int8_captions"] = served(args.repository, photos, input_file, [8], args.window,
                                                          "served, int8 weights", scratch, precision="int8")
-        if args.previous_code and args.previous_repository:
+        if args.previous_python and args.previous_repository:
             result["previous"] = previous(args, input_file, scratch)
     result["fidelity"] = {step: read_fidelity(directory) for step, directory in (
         ("vision_encoder", args.repository / "vision_encoder" / "1"),

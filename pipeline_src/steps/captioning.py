@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import onnxruntime as ort
 
 from pipeline_src.steps.onnx_runtime import onnx_session
 
@@ -39,10 +40,11 @@ def precision_file(path: Path, precision: str) -> Path:
 class DecoderState:
     """The KV cache of a batch of rows being generated, and what each row has seen so far."""
 
-    cross_keys: np.ndarray
-    cross_values: np.ndarray
-    keys: np.ndarray  # [layers, batch, heads, length, head_size]
-    values: np.ndarray
+    # Where the session computes (the GPU on a GPU instance): fed back at every token without a copy.
+    cross_keys: ort.OrtValue
+    cross_values: ort.OrtValue
+    keys: ort.OrtValue  # [layers, batch, heads, length, head_size]
+    values: ort.OrtValue
     attention_mask: np.ndarray  # [batch, length]: 0 on left padding
     next_position: np.ndarray  # [batch]: the position the row's next token takes
     seen: list[list[int]] = field(default_factory=list)  # each row's tokens, prompt included (repetition penalty)
@@ -58,6 +60,10 @@ class TextDecoder:
                                      intra_op_threads)
         self.step = onnx_session(precision_file(directory / DECODER_STEP_FILE, precision), on_gpu, device_id,
                                  intra_op_threads)
+        # The caches stay on the session's device: on a GPU, copying them to the host and back at every token
+        # (42 MB of cross-attention keys and values per image with BLIP base) would cost more than the step.
+        on_cuda = self.step.get_providers()[0] == "CUDAExecutionProvider"
+        self.device = ("cuda" if on_cuda else "cpu", device_id if on_cuda else 0)
 
     def prefill(self, image_embeds: np.ndarray, prompt_ids: Sequence[Sequence[int]]) -> tuple[np.ndarray, DecoderState]:
         """The logits after each row's prompt, and the state to go on from."""
@@ -69,8 +75,15 @@ class TextDecoder:
             input_ids[row, width - len(ids):] = ids
             positions[row, width - len(ids):] = np.arange(len(ids))
             mask[row, width - len(ids):] = 1
-        cross_keys, cross_values = self.cross_kv.run(None, {"image_embeds": np.ascontiguousarray(image_embeds)})
-        empty = np.zeros((self.shape["layers"], rows, self.shape["heads"], 0, self.shape["head_size"]), np.float32)
+        binding = self.cross_kv.io_binding()
+        binding.bind_cpu_input("image_embeds", np.ascontiguousarray(image_embeds))
+        for name in ("cross_keys", "cross_values"):
+            binding.bind_output(name, *self.device)
+        self.cross_kv.run_with_iobinding(binding)
+        cross_keys, cross_values = binding.get_outputs()
+        empty = ort.OrtValue.ortvalue_from_numpy(
+            np.zeros((self.shape["layers"], rows, self.shape["heads"], 0, self.shape["head_size"]), np.float32),
+            *self.device)
         state = DecoderState(cross_keys, cross_values, empty, empty, mask[:, :0],
                              np.array([len(ids) for ids in prompt_ids], dtype=np.int64),
                              [list(ids) for ids in prompt_ids])
@@ -87,12 +100,19 @@ class TextDecoder:
 
     def _run(self, state: DecoderState, input_ids, positions, new_mask) -> np.ndarray:
         state.attention_mask = np.concatenate([state.attention_mask, new_mask], axis=1)
-        logits, state.keys, state.values = self.step.run(None, {
-            "input_ids": input_ids, "position_ids": positions, "attention_mask": state.attention_mask,
-            "past_keys": state.keys, "past_values": state.values,
-            "cross_keys": state.cross_keys, "cross_values": state.cross_values,
-        })
-        return logits
+        binding = self.step.io_binding()
+        for name, array in (("input_ids", input_ids), ("position_ids", positions),
+                            ("attention_mask", state.attention_mask)):
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name, value in (("past_keys", state.keys), ("past_values", state.values),
+                            ("cross_keys", state.cross_keys), ("cross_values", state.cross_values)):
+            binding.bind_ortvalue_input(name, value)
+        binding.bind_output("logits", "cpu")  # what the greedy choice reads
+        for name in ("present_keys", "present_values"):
+            binding.bind_output(name, *self.device)
+        self.step.run_with_iobinding(binding)
+        logits, state.keys, state.values = binding.get_outputs()
+        return logits.numpy()
 
 
 def penalise_repetition(logits: np.ndarray, seen: list[list[int]], penalty: float) -> np.ndarray:
