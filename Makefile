@@ -25,7 +25,7 @@ CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 # written last by the captioner's build (snapshot, ONNX graphs, int8 twins, fidelity check)
 BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json
 
-.PHONY: install browser models serve perf-analyzer test bench soak audit clean
+.PHONY: install browser models serve perf-analyzer test bench bench-captioner soak audit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ test: install browser
 
 bench: models perf-analyzer
 	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+
+# The served captioner against the course's way (Hugging Face fp32 generate), exact and int8, in one run
+# (about 15 minutes here); figures in benchmarks/results/captioner_speed.md.
+bench-captioner: models perf-analyzer
+	$(BIN)/python benchmarks/captioner_speed.py $(BENCH_ARGS)
 
 soak: install
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
