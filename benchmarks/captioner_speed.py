@@ -166,7 +166,10 @@ def main(argv=None) -> None:
         result["int8"], result["int8_captions"] = served(args.repository, photos, input_file, [8], args.window,
                                                          "served, int8 weights", scratch, precision="int8")
         if args.previous_python and args.previous_repository:
-            result["previous"] = previous(args, input_file, scratch)
+            try:
+                result["previous"] = previous(args, input_file, scratch)
+            except Exception as exc:  # the other checkout could not be served: say so, keep the rest
+                result["previous_error"] = str(exc).splitlines()[0]
     result["fidelity"] = {step: read_fidelity(directory) for step, directory in (
         ("vision_encoder", args.repository / "vision_encoder" / "1"),
         ("text_decoder", args.repository / "captioner" / "1" / "text_decoder"))}
