@@ -35,7 +35,7 @@ from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
 from pipeline_src.profiling import perf_analyzer
-from pipeline_src.profiling.in_process import InProcessPipeline
+from pipeline_src.profiling.in_process import InProcessPipeline, step_settings
 from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.profiling.photos import varied_photos
 from pipeline_src.profiling.report import commit_description, machine_description, markdown_table
@@ -136,7 +136,7 @@ def caption_check(grpc_url: str, repository: Path, photos: list[bytes]) -> dict:
     pixels = raw.infer("preprocess", [image], outputs=[grpcclient.InferRequestedOutput("CAPTIONER_PIXELS")]
                        ).as_numpy("CAPTIONER_PIXELS")
     raw.close()
-    template = "a photo of {label},"
+    template = step_settings(repository, "label_and_caption").prompt_template  # the prompt the pipeline used
     prompts = [build_prompt(template, r.label) if r.caption_status == STATUS_OK else "" for r in results]
     course = HuggingFaceCaptioner.load(repository / "captioner" / "1" / "blip", max_new_tokens=20)
     expected = course.caption(pixels, prompts)

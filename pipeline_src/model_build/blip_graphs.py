@@ -15,9 +15,10 @@ from typing import Iterator
 
 from pipeline_src.model_build import blip_onnx, blip_fidelity
 from pipeline_src.model_build.int8_weights import quantize_weights_int8
-from pipeline_src.steps.captioning import DECODER_SHAPE_FILE, TextDecoder, precision_file
+from pipeline_src.steps.captioning import (CROSS_KV_FILE, DECODER_SHAPE_FILE, DECODER_STEP_FILE, TextDecoder,
+                                           blip_prompt_ids)
 from pipeline_src.steps.onnx_runtime import OnnxModel
-from pipeline_src.steps.precision import FIDELITY_FILE
+from pipeline_src.steps.precision import FIDELITY_FILE, precision_file
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class GraphPaths:
 
     @property
     def text_graphs(self) -> list[Path]:
-        return [self.text_dir / blip_onnx.CROSS_KV_FILE, self.text_dir / blip_onnx.DECODER_STEP_FILE]
+        return [self.text_dir / CROSS_KV_FILE, self.text_dir / DECODER_STEP_FILE]
 
     def complete(self) -> bool:
         """Written last, the fidelity files mean a finished build."""
@@ -58,9 +59,9 @@ def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
     yield "wrote the int8-weight twins (*.int8.onnx)"
 
     tokenizer = AutoTokenizer.from_pretrained(str(snapshot))
-    captioner_prompt_ids = _prompt_ids(tokenizer, shape.bos_token_id)
     pixels = blip_fidelity.check_pixels()
-    prompt_ids = [captioner_prompt_ids(prompt) for prompt in blip_fidelity.check_prompts(len(pixels))]
+    prompt_ids = [blip_prompt_ids(tokenizer, prompt, shape.bos_token_id)
+                  for prompt in blip_fidelity.check_prompts(len(pixels))]
     reference = blip_fidelity.hf_reference(blip, prompt_ids, pixels, CHECK_MAX_NEW_TOKENS)
     del blip
 
@@ -77,12 +78,6 @@ def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
     for what, measured in (("vision encoder int8", vision_int8), ("text decoder int8", text_int8),
                            ("both int8", both_int8)):
         yield f"{what}: {_describe(measured)}"
-
-
-def _prompt_ids(tokenizer, bos_token_id: int):
-    def prompt_ids(prompt: str) -> list[int]:  # as GreedyCaptioner.prompt_ids
-        return [bos_token_id, *tokenizer(prompt).input_ids[1:-1]]
-    return prompt_ids
 
 
 def _describe(figures: dict) -> str:

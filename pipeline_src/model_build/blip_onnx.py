@@ -24,10 +24,9 @@ import torch
 from torch import nn
 from transformers import BlipForConditionalGeneration
 
+from pipeline_src.steps.captioning import CROSS_KV_FILE, DECODER_STEP_FILE  # where the captioner reads them
+
 OPSET = 17
-VISION_ENCODER_FILE = "vision_encoder.onnx"
-CROSS_KV_FILE = "cross_kv.onnx"
-DECODER_STEP_FILE = "decoder_step.onnx"
 
 VISION_INPUT, VISION_OUTPUT = "pixel_values", "image_embeds"
 CROSS_KV_OUTPUTS = ["cross_keys", "cross_values"]

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, BlipForConditionalGeneration
 
-from pipeline_src.steps.captioning import join_caption
+from pipeline_src.steps.captioning import blip_prompt_ids, join_caption
 
 
 class HuggingFaceCaptioner:
@@ -39,7 +39,7 @@ class HuggingFaceCaptioner:
         """Captions for ``pixel_values [n, 3, 384, 384]``, one ``generate`` per photo."""
         captions = []
         for pixels, prompt in zip(pixel_values, prompts):
-            ids = [self.model.config.text_config.bos_token_id, *self.tokenizer(prompt).input_ids[1:-1]]
+            ids = blip_prompt_ids(self.tokenizer, prompt, self.model.config.text_config.bos_token_id)
             new = self.new_tokens(pixels, ids)
             captions.append(join_caption(prompt, self.tokenizer.decode(new, skip_special_tokens=True)))
         return captions

@@ -12,11 +12,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 from pipeline_src.repository.loading import parse_config
-from pipeline_src.steps.captioning import GreedyCaptioner, precision_file
+from pipeline_src.steps.captioning import GreedyCaptioner
 from pipeline_src.steps.classification import caption_plan, predict
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.onnx_runtime import OnnxModel
-from pipeline_src.steps.precision import choose_precision
+from pipeline_src.steps.precision import precision_file
 from pipeline_src.steps.settings import StepSettings, declared_settings_class
 
 
@@ -39,19 +39,17 @@ class OnnxBlip:
 
     def __init__(self, repository: Path, vision_settings, captioner_settings):
         vision_file = repository / "vision_encoder" / "1" / vision_settings.onnx_file
-        vision_precision = choose_precision(vision_settings.cpu_precision, vision_file.parent,
-                                            vision_settings.auto_min_agreement, on_gpu=False).precision
+        vision_precision = vision_settings.choose_precision(vision_file.parent, on_gpu=False).precision
         self.vision = OnnxModel(precision_file(vision_file, vision_precision),
                                 intra_op_threads=vision_settings.intra_op_threads)
         version_dir = repository / "captioner" / "1"
         graphs_dir = version_dir / captioner_settings.graphs_dir
-        self.precision = choose_precision(captioner_settings.cpu_precision, graphs_dir,
-                                          captioner_settings.auto_min_agreement, on_gpu=False).precision
-        self.captioner = GreedyCaptioner.load(version_dir / captioner_settings.model_dir, graphs_dir, self.precision,
+        text_precision = captioner_settings.choose_precision(graphs_dir, on_gpu=False).precision
+        self.captioner = GreedyCaptioner.load(version_dir / captioner_settings.model_dir, graphs_dir, text_precision,
                                               intra_op_threads=captioner_settings.intra_op_threads,
                                               max_new_tokens=captioner_settings.max_new_tokens,
                                               repetition_penalty=captioner_settings.repetition_penalty)
-        self.precision = f"vision encoder {vision_precision}, text decoder {self.precision}"
+        self.precision = f"vision encoder {vision_precision}, text decoder {text_precision}"
 
     def caption(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
         return self.captioner.caption(self.vision(pixel_values), prompts)

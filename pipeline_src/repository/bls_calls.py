@@ -101,15 +101,13 @@ def _spec(label: str, tensor: BlsTensor) -> TensorSpec:
 def bls_callees(repository: Path, ensemble: str) -> list[str]:
     """The models that the BLS steps of ``ensemble`` call (perf_analyzer's ``--bls-composing-models``)."""
     from pipeline_src.repository.loading import load_models
-    from pipeline_src.steps.settings import declared_settings_class
+    from pipeline_src.repository.step_settings import check_settings
 
-    models = load_models(repository, Report(repository))
+    report = Report(repository)
+    models = load_models(repository, report)
     callees = []
     for step in models[ensemble].config.ensemble_scheduling.step:
-        config = models[step.model_name].config
-        parameters = {key: value.string_value for key, value in config.parameters.items()}
-        settings_class = declared_settings_class(parameters)
-        if settings_class is not None:
-            settings = settings_class.from_parameters(parameters)
-            callees += [call.callee(settings) for call in settings_class.BLS_CALLS]
+        settings = check_settings(models[step.model_name], report)
+        if settings is not None:
+            callees += [call.callee(settings) for call in type(settings).BLS_CALLS]
     return list(dict.fromkeys(callees))

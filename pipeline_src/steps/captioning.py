@@ -18,6 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from pipeline_src.steps.onnx_runtime import onnx_session
+from pipeline_src.steps.precision import precision_file
 
 STANDIN_MARKER = "STAND_IN.json"  # present only in a stand-in snapshot built by scripts/build_models.py
 DECODER_SHAPE_FILE = "decoder.json"  # the text decoder's dimensions and special tokens, written by the build
@@ -29,11 +30,6 @@ def standin_info(model_dir: str | Path) -> dict | None:
     """The stand-in's description if ``model_dir`` holds a random-weights stand-in, else None."""
     marker = Path(model_dir) / STANDIN_MARKER
     return json.loads(marker.read_text()) if marker.exists() else None
-
-
-def precision_file(path: Path, precision: str) -> Path:
-    """``decoder_step.onnx`` for fp32, ``decoder_step.int8.onnx`` for int8 (same for every graph)."""
-    return path if precision == "fp32" else path.with_name(f"{path.stem}.{precision}{path.suffix}")
 
 
 @dataclass
@@ -115,6 +111,11 @@ class TextDecoder:
         return logits.numpy()
 
 
+def blip_prompt_ids(tokenizer, prompt: str, bos_token_id: int) -> list[int]:
+    """The prompt as BLIP's generate feeds it: [DEC] in place of [CLS], without the closing [SEP]."""
+    return [bos_token_id, *tokenizer(prompt).input_ids[1:-1]]
+
+
 def penalise_repetition(logits: np.ndarray, seen: list[list[int]], penalty: float) -> np.ndarray:
     """Hugging Face's repetition penalty: each token seen so far is made less likely (divided when
     positive, multiplied when negative)."""
@@ -144,9 +145,7 @@ class GreedyCaptioner:
         return cls(decoder, AutoTokenizer.from_pretrained(str(snapshot_dir)), **generation)
 
     def prompt_ids(self, prompt: str) -> list[int]:
-        """The prompt as BLIP's generate feeds it: [DEC] in place of [CLS], without the closing [SEP]."""
-        ids = self.tokenizer(prompt).input_ids[:-1]
-        return [self.decoder.shape["bos_token_id"], *ids[1:]]
+        return blip_prompt_ids(self.tokenizer, prompt, self.decoder.shape["bos_token_id"])
 
     def caption(self, image_embeds: np.ndarray, prompts: Sequence[str]) -> list[str]:
         """Captions for ``image_embeds [n, image tokens, width]``; ``""`` means no prompt."""

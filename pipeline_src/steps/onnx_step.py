@@ -9,10 +9,9 @@ from typing import ClassVar
 import triton_python_backend_utils as pb_utils
 
 from pipeline_src.steps.onnx_runtime import OnnxModel
-from pipeline_src.steps.precision import choose_precision
+from pipeline_src.steps.precision import precision_file
 from pipeline_src.steps.settings import OnnxStepSettings, PrecisionSettings
 from pipeline_src.steps.triton_step import StepContext, input_array, split_rows, stack_requests
-from pipeline_src.steps.captioning import precision_file
 
 
 class OnnxStep:
@@ -24,7 +23,7 @@ class OnnxStep:
         path = self.step.version_dir / settings.onnx_file
         precision = "fp32"
         if isinstance(settings, PrecisionSettings):
-            choice = choose_precision(settings.cpu_precision, path.parent, settings.auto_min_agreement, self.step.on_gpu)
+            choice = settings.choose_precision(path.parent, self.step.on_gpu)
             precision = choice.precision
             self.step.logger.log_info(f"{self.step.name}: {precision} ({choice.reason})")
         self.model = OnnxModel(precision_file(path, precision), on_gpu=self.step.on_gpu,

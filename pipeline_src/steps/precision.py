@@ -16,6 +16,11 @@ class PrecisionChoice:
     reason: str  # for the step's log
 
 
+def precision_file(path: Path, precision: str) -> Path:
+    """``decoder_step.onnx`` for fp32, ``decoder_step.int8.onnx`` for int8 (same for every graph)."""
+    return path if precision == "fp32" else path.with_name(f"{path.stem}.{precision}{path.suffix}")
+
+
 def read_fidelity(directory: Path) -> dict | None:
     path = directory / FIDELITY_FILE
     return json.loads(path.read_text()) if path.is_file() else None

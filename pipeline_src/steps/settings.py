@@ -148,6 +148,12 @@ class PrecisionSettings(StepSettings):
 
     CPU_PRECISIONS: ClassVar[tuple[str, ...]] = ("fp32", "int8", "auto")
 
+    def choose_precision(self, directory, on_gpu: bool):
+        """fp32 or int8 for the graphs in ``directory`` (pipeline_src.steps.precision.choose_precision)."""
+        from pipeline_src.steps.precision import choose_precision  # light, but only steps need it
+
+        return choose_precision(self.cpu_precision, directory, self.auto_min_agreement, on_gpu)
+
     def validate(self) -> None:
         _require(self.cpu_precision in self.CPU_PRECISIONS, f"cpu_precision must be one of {self.CPU_PRECISIONS}")
         _require(0.0 <= self.auto_min_agreement <= 1.0, "auto_min_agreement must lie in [0, 1]")

@@ -5,7 +5,6 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from pipeline_src.steps.captioning import GreedyCaptioner, standin_info
-from pipeline_src.steps.precision import choose_precision
 from pipeline_src.steps.settings import CaptionerSettings
 from pipeline_src.steps.triton_step import StepContext, bytes_tensor, input_array, split_rows, stack_requests
 
@@ -22,7 +21,7 @@ class TritonPythonModel:
                 f"{self.step.name}: {model_dir} is a STAND-IN BLIP ({standin['size']}, random weights): "
                 "its captions are MEANINGLESS. Build a real BLIP with scripts/build_models.py --blip."
             )
-        choice = choose_precision(settings.cpu_precision, graphs_dir, settings.auto_min_agreement, self.step.on_gpu)
+        choice = settings.choose_precision(graphs_dir, self.step.on_gpu)
         self.captioner = GreedyCaptioner.load(model_dir, graphs_dir, choice.precision, on_gpu=self.step.on_gpu,
                                               device_id=self.step.device_id,
                                               intra_op_threads=settings.intra_op_threads,
