@@ -25,7 +25,7 @@ CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 # written last by the captioner's build (snapshot, ONNX graphs, int8 twins, fidelity check)
 BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json
 
-.PHONY: install browser models serve perf-analyzer test bench bench-captioner soak audit clean
+.PHONY: install browser models serve perf-analyzer test bench bench-captioner bench-cancellation soak audit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,11 @@ bench: models perf-analyzer
 # (about 15 minutes here); figures in benchmarks/results/captioner_speed.md.
 bench-captioner: models perf-analyzer
 	$(BIN)/python benchmarks/captioner_speed.py $(BENCH_ARGS)
+
+# Does tritonserver survive calls given up on (raw gRPC deadlines vs food11_client)? ~5 minutes;
+# benchmarks/results/cancellation.md.
+bench-cancellation: install
+	$(BIN)/python benchmarks/cancellation.py
 
 soak: install
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)

@@ -72,8 +72,10 @@ async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
 
 
 async def client_disconnected(request: Request, exc: ClientDisconnected) -> Response:
-    log.info("request %s: %s %s: the client disconnected; its Triton call was cancelled",
-             request.state.request_id, request.method, request.url.path)
+    fate = ("was cancelled" if await request.app.state.client.cancels_calls()
+            else "runs to its end (this Triton cannot cancel it safely) and its answer is dropped")
+    log.info("request %s: %s %s: the client disconnected; its Triton call %s",
+             request.state.request_id, request.method, request.url.path, fate)
     return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; it is what logs and metrics count
 
 

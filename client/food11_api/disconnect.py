@@ -1,4 +1,5 @@
-"""Stop working for a client that has gone: cancelling the awaited gRPC call cancels the Triton request."""
+"""Stop working for a client that has gone: the awaited caption is cancelled, and with it the Triton request
+where Triton survives a cancellation (food11_client/cancellation.py)."""
 
 from __future__ import annotations
 

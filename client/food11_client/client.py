@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
@@ -10,6 +13,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcclient_aio
 from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
 from tritonclient.utils import InferenceServerException
+
+from food11_client.cancellation import DRAIN_ON_CLOSE_S, cancels_safely, gave_up
 
 DEFAULT_URL = "127.0.0.1:8001"
 DEFAULT_MODEL = "food11_pipeline"
@@ -106,21 +111,47 @@ def _results(response) -> list[CaptionResult]:
 
 class Food11Client:
     """Blocking client. ``caption([jpeg_bytes, png_bytes])`` -> one ``CaptionResult`` per image, in order.
-    ``url`` is any gRPC target: ``host:port``, ``dns:///host:port``, ``ipv4:a:port,b:port``."""
+    ``url`` is any gRPC target: ``host:port``, ``dns:///host:port``, ``ipv4:a:port,b:port``.
+    A deadline (``timeout_s``) never cancels a call on a Triton that cannot survive it (cancellation.py)."""
 
     def __init__(self, url: str = DEFAULT_URL, model: str = DEFAULT_MODEL, timeout_s: float | None = None,
                  lb_policy: str = "round_robin"):
         self.model = model
         self.timeout_s = timeout_s
         self._client = grpcclient.InferenceServerClient(url, channel_args=channel_args(lb_policy))
+        self._server_version: str | None = None
+        self._unanswered: set[threading.Event] = set()  # calls given up on, still running in Triton
+
+    def server_version(self) -> str:
+        if self._server_version is None:
+            try:
+                self._server_version = self._client.get_server_metadata().version
+            except InferenceServerException as exc:
+                raise _translate(exc) from exc
+        return self._server_version
 
     def caption(self, images: Sequence[bytes]) -> list[CaptionResult]:
-        try:
-            response = self._client.infer(self.model, _inputs(grpcclient, images), outputs=_outputs(grpcclient),
-                                          client_timeout=self.timeout_s)
-        except InferenceServerException as exc:
-            raise _translate(exc) from exc
-        return _results(response)
+        inputs, outputs = _inputs(grpcclient, images), _outputs(grpcclient)
+        if self.timeout_s is None or cancels_safely(self.server_version()):
+            try:
+                response = self._client.infer(self.model, inputs, outputs=outputs, client_timeout=self.timeout_s)
+            except InferenceServerException as exc:
+                raise _translate(exc) from exc
+            return _results(response)
+        answered, answer = threading.Event(), {}
+
+        def done(result, error):
+            answer.update(result=result, error=error)
+            answered.set()
+            self._unanswered.discard(answered)
+
+        self._unanswered.add(answered)
+        self._client.async_infer(self.model, inputs, callback=done, outputs=outputs)
+        if not answered.wait(self.timeout_s):
+            raise DeadlineExceededError(gave_up(self.timeout_s, self.server_version()), "StatusCode.DEADLINE_EXCEEDED")
+        if answer["error"] is not None:
+            raise _translate(answer["error"]) from answer["error"]
+        return _results(answer["result"])
 
     def is_ready(self) -> bool:
         try:
@@ -129,6 +160,9 @@ class Food11Client:
             return False
 
     def close(self) -> None:
+        give_up_at = time.monotonic() + DRAIN_ON_CLOSE_S
+        for call in list(self._unanswered):
+            call.wait(max(0.0, give_up_at - time.monotonic()))
         self._client.close()
 
     def __enter__(self) -> "Food11Client":
@@ -139,22 +173,55 @@ class Food11Client:
 
 
 class AsyncFood11Client:
-    """asyncio client: one channel, many concurrent ``await caption(...)`` calls."""
+    """asyncio client: one channel, many concurrent ``await caption(...)`` calls. Cancelling a ``caption``
+    (a deadline, a client that hung up) cancels its Triton call only where Triton survives that
+    (cancellation.py); elsewhere the call runs to its end and its answer is dropped."""
 
     def __init__(self, url: str = DEFAULT_URL, model: str = DEFAULT_MODEL, timeout_s: float | None = None,
                  lb_policy: str = "round_robin"):
         self.model = model
         self.timeout_s = timeout_s
         self._client = grpcclient_aio.InferenceServerClient(url, channel_args=channel_args(lb_policy))
+        self._server_version: str | None = None
+        self._unanswered: set[asyncio.Task] = set()
+
+    async def server_version(self) -> str:
+        if self._server_version is None:
+            try:
+                self._server_version = (await self._client.get_server_metadata()).version
+            except InferenceServerException as exc:
+                raise _translate(exc) from exc
+        return self._server_version
+
+    async def cancels_calls(self) -> bool:
+        """Whether giving up on a call cancels it inside Triton."""
+        return cancels_safely(await self.server_version())
 
     async def caption(self, images: Sequence[bytes], timeout_s: float | None = None) -> list[CaptionResult]:
+        timeout_s = timeout_s or self.timeout_s
+        if await self.cancels_calls():
+            return _results(await self._infer(images, timeout_s))
+        call = asyncio.ensure_future(self._infer(images, None))
+        self._unanswered.add(call)
+        call.add_done_callback(self._forget)
         try:
-            response = await self._client.infer(self.model, _inputs(grpcclient_aio, images),
-                                                outputs=_outputs(grpcclient_aio),
-                                                client_timeout=timeout_s or self.timeout_s)
+            # shield: cancelling this coroutine (a client that hung up) must not cancel the gRPC call
+            return _results(await asyncio.wait_for(asyncio.shield(call), timeout_s))
+        except asyncio.TimeoutError:
+            raise DeadlineExceededError(gave_up(timeout_s, await self.server_version()),
+                                        "StatusCode.DEADLINE_EXCEEDED") from None
+
+    async def _infer(self, images: Sequence[bytes], timeout_s: float | None):
+        try:
+            return await self._client.infer(self.model, _inputs(grpcclient_aio, images),
+                                            outputs=_outputs(grpcclient_aio), client_timeout=timeout_s)
         except InferenceServerException as exc:
             raise _translate(exc) from exc
-        return _results(response)
+
+    def _forget(self, call: asyncio.Task) -> None:
+        self._unanswered.discard(call)
+        if not call.cancelled():
+            call.exception()  # an answer nobody waits for any more: retrieved, so asyncio does not warn
 
     async def is_ready(self) -> bool:
         try:
@@ -163,6 +230,8 @@ class AsyncFood11Client:
             return False
 
     async def close(self) -> None:
+        if self._unanswered:
+            await asyncio.wait(self._unanswered, timeout=DRAIN_ON_CLOSE_S)
         await self._client.close()
 
     async def __aenter__(self) -> "AsyncFood11Client":
