@@ -7,6 +7,7 @@ version. The stub must sit in the backend directory, so a private one is assembl
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import importlib.util
@@ -267,8 +268,14 @@ class TritonServer:
             return "(no log)"
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """Graceful shutdown; if it hangs, the whole group (backend stubs included) is killed."""
-        return stop_process(self.process, timeout_s, whole_group=True) if self.process else None
+        """Graceful shutdown; if it hangs, the whole group (backend stubs included) is killed. Stubs that
+        outlive their server (it crashed: they wait for it forever) are killed too."""
+        if self.process is None:
+            return None
+        code = stop_process(self.process, timeout_s, whole_group=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        return code
 
     def __enter__(self) -> "TritonServer":
         return self.start()
