@@ -24,6 +24,9 @@ METRICS_PORT ?= 8002
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 # written last by the captioner's build (snapshot, ONNX graphs, int8 twins, fidelity check)
 BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json
+# what the build knows of each model (its identity in every answer); a repository built before manifests
+# existed gets them from the next `make models`, which rebuilds nothing that is there
+MANIFESTS := $(foreach model,classifier vision_encoder captioner,model_repository/$(model)/1/manifest.json)
 
 .PHONY: install browser models serve perf-analyzer test bench bench-captioner bench-cancellation soak audit clean
 
@@ -39,10 +42,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-$(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT): | $(VENV)/.installed
+$(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT) $(MANIFESTS): | $(VENV)/.installed
 	$(BIN)/python scripts/build_models.py --blip-standin $(BLIP_STANDIN) $(BUILD_ARGS)
 
-models: $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT)
+models: $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT) $(MANIFESTS)
 
 # Triton takes its trace file only at start-up; tracing stays off until turned on (README, "Tracing").
 serve: models

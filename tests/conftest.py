@@ -1,9 +1,11 @@
 """Session fixtures: photos, a model repository built with the tiny stand-ins, and one real
-tritonserver serving it on free ports for the whole test session."""
+tritonserver serving it on free ports for the whole test session; on demand, a second repository built
+as from real weights, with its own server and API."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -14,6 +16,7 @@ from PIL import Image
 
 from helpers import encode
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
+from pipeline_src.steps.captioning import STANDIN_MARKER
 
 PHOTOS_DIR = Path(__file__).parent / "photos"
 FRUIT_PHOTOS = ("apple.jpg", "orange.jpg", "fruits.jpg")
@@ -115,3 +118,33 @@ def api_factory(triton):
 @pytest.fixture(scope="session")
 def api(api_factory):
     return api_factory(max_upload_bytes=2 * 1024 * 1024)
+
+
+@pytest.fixture(scope="session")
+def real_repository(model_repository, tmp_path_factory):
+    """A repository built as a user with real weights builds it: the classifier from a course-style
+    checkpoint (a state dict), BLIP from a local snapshot without the stand-in marker. Their weights are
+    not trained (none can be fetched here); what is tested is that the build records what it was given."""
+    import torch
+
+    from pipeline_src.model_build.classifier_export import course_mobilenet_v2
+    from pipeline_src.model_build.cli import build_repository_copy
+
+    work = tmp_path_factory.mktemp("real")
+    checkpoint = work / "food11.pth"
+    torch.manual_seed(0)
+    torch.save(course_mobilenet_v2().state_dict(), checkpoint)
+    snapshot = shutil.copytree(model_repository / "captioner" / "1" / "blip", work / "blip-snapshot")
+    (snapshot / STANDIN_MARKER).unlink()  # what makes it a stand-in
+    return build_repository_copy(work / "model_repository",
+                                 models=["--classifier-checkpoint", str(checkpoint), "--blip", str(snapshot)])
+
+
+@pytest.fixture(scope="session")
+def real_api(real_repository, tmp_path_factory):
+    from food11_api.app import create_app
+    from food11_api.settings import ApiSettings
+
+    with TritonServer(real_repository, tmp_path_factory.mktemp("real-triton"), free_ports()) as server:
+        with UvicornThread(create_app(ApiSettings(triton_url=server.grpc_url))) as api:
+            yield api

@@ -2,6 +2,7 @@
 
 import base64
 import logging
+from dataclasses import asdict
 
 import httpx
 import pytest
@@ -41,7 +42,8 @@ def test_predict_takes_the_courses_base64_json(api, photos, client):
     assert response.status_code == 200
     (direct,) = client.caption([photos["orange.jpg"]])
     assert response.json() == {"prediction": direct.label, "probability": pytest.approx(direct.probability),
-                               "caption": direct.caption, "caption_status": direct.caption_status}
+                               "caption": direct.caption, "caption_status": direct.caption_status,
+                               "warnings": direct.warnings, "models": [asdict(model) for model in direct.models]}
 
 
 def test_health_and_readiness(api):

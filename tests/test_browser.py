@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from conftest import PHOTOS_DIR
+from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +52,15 @@ def test_a_person_captions_a_photo_from_the_page(browser, api, tmp_path):
     assert shown["result-caption"].startswith("a photo of vegetable/fruit,")
     assert shown["result-caption-status"] == "ok"
     assert shown["result-probability"].endswith("%")
+
+
+def test_the_page_says_which_models_answered_and_warns_of_a_stand_in(browser, api, real_api):
+    stand_in = caption_on_page(browser, api.url, PHOTOS_DIR / "apple.jpg")
+    assert BLIP_STANDIN_WARNING in stand_in["result-warnings"]
+    assert "captioner v1 (stand-in, sha256 " in stand_in["result-models"]
+    real = caption_on_page(browser, real_api.url, PHOTOS_DIR / "apple.jpg")
+    assert real["result-warnings"] == ""
+    assert "captioner v1 (real, sha256 " in real["result-models"]
 
 
 def test_the_page_shows_the_error_for_a_bad_photo(browser, api, tmp_path):

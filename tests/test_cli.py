@@ -5,6 +5,7 @@ import json
 import pytest
 
 from food11_client import cli
+from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
 from pipeline_src.serving.launcher import free_port
 
 pytestmark = pytest.mark.integration
@@ -25,10 +26,15 @@ def photo_files(tmp_path, photos):
 def test_prints_one_json_result_per_photo_in_order(triton, photo_files, capsys):
     files = [str(photo_files["apple.jpg"]), str(photo_files["coffee.png"])]
     assert cli.main(["--url", triton.grpc_url, *files]) == 0
-    results = json.loads(capsys.readouterr().out)
+    printed = capsys.readouterr()
+    results = json.loads(printed.out)
     assert [result["file"] for result in results] == files
     assert results[0]["label"] == "Vegetable/Fruit"
-    assert set(results[1]) == {"file", "label", "probability", "caption", "caption_status"}
+    assert set(results[1]) == {"file", "label", "probability", "caption", "caption_status", "models", "warnings"}
+    assert [model["model"] for model in results[0]["models"]] == ["captioner", "classifier", "vision_encoder"]
+    # the session's models are the offline stand-ins: each warning once, where a person reads it
+    assert printed.err.count(f"warning: {BLIP_STANDIN_WARNING}") == 1
+    assert printed.err.count(f"warning: {CLASSIFIER_STANDIN_WARNING}") == 1
 
 
 def test_names_the_bad_photo(triton, photo_files, capsys):

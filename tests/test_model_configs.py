@@ -19,6 +19,7 @@ STEP_SETTINGS = {
     "label_and_caption": settings.LabelAndCaptionSettings,
     "captioner": settings.CaptionerSettings,
     "top_labels": TopLabelsSettings,  # the worked example of docs/EXTENDING.md
+    "model_manifests": settings.ModelManifestsSettings,
 }
 
 
@@ -30,9 +31,9 @@ CONFIGS = {path.parent.name: load(path) for path in CONFIG_FILES}
 ENSEMBLES = [name for name, config in CONFIGS.items() if config.platform == "ensemble"]
 
 
-def test_the_repository_holds_six_steps_and_two_ensembles():
+def test_the_repository_holds_seven_steps_and_two_ensembles():
     assert set(CONFIGS) == {"preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner", "top_labels",
-                            "food11_pipeline", "food11_pipeline_topk"}
+                            "model_manifests", "food11_pipeline", "food11_pipeline_topk"}
     assert ENSEMBLES == ["food11_pipeline", "food11_pipeline_topk"]
 
 
@@ -55,6 +56,7 @@ def test_cpu_only_steps_are_pinned_to_the_cpu_and_model_steps_follow_the_hardwar
     kinds = {name: {group.kind for group in CONFIGS[name].instance_group} for name in STEP_SETTINGS}
     cpu, auto = model_config_pb2.ModelInstanceGroup.KIND_CPU, model_config_pb2.ModelInstanceGroup.KIND_AUTO
     assert kinds["preprocess"] == {cpu} and kinds["label_and_caption"] == {cpu} and kinds["top_labels"] == {cpu}
+    assert kinds["model_manifests"] == {cpu}
     assert kinds["classifier"] == {auto} and kinds["vision_encoder"] == {auto} and kinds["captioner"] == {auto}
 
 
@@ -63,7 +65,9 @@ def test_bls_step_has_several_instances_so_it_never_serialises_the_pipeline():
 
 
 def test_batching_steps_batch_dynamically():
-    for name in STEP_SETTINGS:
+    batching = [name for name in STEP_SETTINGS if CONFIGS[name].max_batch_size > 0]
+    assert set(STEP_SETTINGS) - set(batching) == {"model_manifests"}  # answers one fixed string
+    for name in batching:
         assert CONFIGS[name].HasField("dynamic_batching"), name
 
 

@@ -10,7 +10,7 @@ from pipeline_src.steps.labels import FOOD11_CLASSES
 
 pytestmark = pytest.mark.integration
 
-PIPELINE_OUTPUTS = ["LABEL", "PROBABILITY", "CAPTION", "CAPTION_STATUS"]
+PIPELINE_OUTPUTS = ["LABEL", "PROBABILITY", "CAPTION", "CAPTION_STATUS", "MODELS"]
 TOP_OUTPUTS = ["TOP_LABELS", "TOP_PROBABILITIES"]
 PHOTOS = ["coffee.png", "apple.jpg", "chelsea.jpg"]
 
@@ -50,13 +50,13 @@ def test_topk_first_label_and_probability_are_the_pipelines_label_and_probabilit
     assert topk["LABEL"][1, 0] == b"Vegetable/Fruit"  # apple.jpg: the classifier is sure of it
 
 
-def test_food11_pipeline_answers_exactly_as_the_topk_ensemble_does_for_its_four_outputs(answers):
+def test_food11_pipeline_answers_exactly_as_the_topk_ensemble_does_for_its_five_outputs(answers):
     pipeline, topk = answers
     for name in PIPELINE_OUTPUTS:
         np.testing.assert_array_equal(pipeline[name], topk[name], err_msg=name)
 
 
-def test_food11_pipeline_still_declares_only_its_four_outputs(triton_grpc):
+def test_food11_pipeline_still_declares_only_its_five_outputs(triton_grpc):
     metadata = triton_grpc.get_model_metadata("food11_pipeline", as_json=True)
     assert [output["name"] for output in metadata["outputs"]] == PIPELINE_OUTPUTS
 

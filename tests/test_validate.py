@@ -15,7 +15,8 @@ from onnx import TensorProto, helper
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.validate import Report, Severity, validate_repository
 
-STEP_MODELS = ("captioner", "classifier", "label_and_caption", "preprocess", "top_labels", "vision_encoder")
+STEP_MODELS = ("captioner", "classifier", "label_and_caption", "model_manifests", "preprocess", "top_labels",
+               "vision_encoder")
 
 
 @pytest.fixture
@@ -50,7 +51,7 @@ def test_the_built_repository_is_valid_without_a_single_problem(model_repository
     assert report.problems == [], report.text()
     assert report.ok
     assert sorted(report.models) == sorted([*STEP_MODELS, "food11_pipeline", "food11_pipeline_topk"])
-    assert report.summary().startswith("OK: 8 model(s)")
+    assert report.summary().startswith("OK: 9 model(s)")
 
 
 def test_validation_needs_neither_torch_nor_transformers(model_repository):
@@ -385,9 +386,20 @@ def test_the_cli_lists_every_problem_and_exits_1_on_errors(repo):
 
 def test_the_cli_exits_0_with_an_ok_summary_and_warnings_alone(repo):
     result = run_cli(str(repo))
-    summary = f"OK: 8 model(s) in {repo} are consistent, 0 warning(s)"
+    summary = f"OK: 9 model(s) in {repo} are consistent, 0 warning(s)"
     assert (result.returncode, result.stdout.splitlines()) == (0, [summary])
     edit(config(repo, "preprocess"), 'key: "settings"', 'key: "note"')
     result = run_cli(str(repo))
     assert result.returncode == 0, result.stdout
     assert result.stdout.splitlines()[0].startswith("WARNING preprocess: "), result.stdout
+
+
+def test_a_model_file_its_manifest_does_not_describe_is_an_error(repo):
+    """The identity every answer carries is read from the manifests: a file replaced after the build would
+    make answers lie about which weights made them."""
+    with open(repo / "classifier" / "1" / "model.onnx", "ab") as onnx_file:
+        onnx_file.write(b"\0")
+    (repo / "captioner" / "1" / "text_decoder" / "decoder.json").unlink()
+    report = validate_repository(repo)
+    problem(report, "classifier", "version 1:", "model.onnx is not the file manifest.json describes")
+    problem(report, "captioner", "version 1:", "manifest.json lists text_decoder/decoder.json, which is missing")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import time
@@ -17,13 +18,15 @@ from fastapi.staticfiles import StaticFiles
 from starlette.formparsers import MultiPartParser
 
 from food11_api.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, unless_disconnected
-from food11_api.metrics import instrument
+from food11_api.metrics import ModelAnswers, instrument
 from food11_api.middleware import (BodySizeLimitMiddleware, RequestIdMiddleware, ServerTimingMiddleware,
                                    error_response)
-from food11_api.schemas import CaptionResponse, ErrorResponse, Health, PredictRequest, PredictResponse
+from food11_api.schemas import (CaptionResponse, ErrorResponse, Health, ModelState, PredictRequest, PredictResponse,
+                                ServedModelInfo)
 from food11_api.settings import ApiSettings
 from food11_client import (AsyncFood11Client, CaptionResult, DeadlineExceededError, InvalidImageError,
                            PipelineError, ServerUnavailableError)
+from food11_client.client import MANIFESTS_MODEL
 
 log = logging.getLogger("food11_api")
 
@@ -114,12 +117,13 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_upload_bytes)
     app.add_middleware(ServerTimingMiddleware)
     app.add_middleware(RequestIdMiddleware)  # every response, 413 included, carries the id
-    instrument(app)  # outermost: counts every answer, the middlewares' own included
+    model_answers = ModelAnswers(instrument(app))  # instrument: outermost, counts the middlewares' answers too
 
     async def caption_one(request: Request, client: AsyncFood11Client, image: bytes,
                           response: Response) -> CaptionResult:
         started = time.perf_counter()
         (result,) = await unless_disconnected(request, client.caption([image]))
+        model_answers.count(result.models)
         # Server-Timing: the time spent waiting on Triton, so callers can tell pipeline from API time.
         response.headers["Server-Timing"] = f"triton;dur={(time.perf_counter() - started) * 1000:.2f}"
         return result
@@ -130,14 +134,18 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                       client: Client, request: Request, response: Response) -> CaptionResponse:
         started = time.perf_counter()
         result = await caption_one(request, client, await photo.read(), response)
-        return CaptionResponse(**result.to_dict(), elapsed_ms=(time.perf_counter() - started) * 1000)
+        return CaptionResponse(label=result.label, probability=result.probability, caption=result.caption,
+                               caption_status=result.caption_status, warnings=result.warnings,
+                               models=ServedModelInfo.of(result.models),
+                               elapsed_ms=(time.perf_counter() - started) * 1000)
 
     @app.post("/predict", response_model=PredictResponse, responses=ERROR_RESPONSES, tags=["caption"],
               summary="Caption a base64-encoded photo (the course's JSON endpoint)")
     async def predict(body: PredictRequest, client: Client, request: Request, response: Response) -> PredictResponse:
         result = await caption_one(request, client, body.image, response)
         return PredictResponse(prediction=result.label, probability=result.probability, caption=result.caption,
-                               caption_status=result.caption_status)
+                               caption_status=result.caption_status, warnings=result.warnings,
+                               models=ServedModelInfo.of(result.models))
 
     @app.get("/healthz", response_model=Health, tags=["health"], summary="The API process is alive")
     async def healthz() -> Health:
@@ -149,6 +157,18 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         if await client.is_ready():
             return Health(status="ok")
         return error_body(request, 503, f"ensemble {settings.model_name} not ready at {settings.triton_url}")
+
+    @app.get("/models", response_model=list[ModelState], responses={503: ERROR_RESPONSES[503]}, tags=["health"],
+             summary="The models Triton serves, each with its build's manifest")
+    async def models(client: Client) -> list[ModelState]:
+        index, manifests = await asyncio.gather(client.repository_index(), client.manifests(), return_exceptions=True)
+        if isinstance(index, BaseException):
+            raise index
+        if isinstance(manifests, BaseException):
+            log.warning("/models: no manifests from Triton's %s step: %s", MANIFESTS_MODEL, manifests)
+            manifests = []
+        by_model = {manifest["model"]: manifest for manifest in manifests}
+        return [ModelState(**entry, manifest=by_model.get(entry["name"])) for entry in index]
 
     app.mount("/swagger-ui", StaticFiles(directory=SWAGGER_UI_DIR), name="swagger-ui")
 

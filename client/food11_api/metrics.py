@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_fastapi_instrumentator import Instrumentator, metrics
 
 # A caption takes ~0.05 s on a GPU and up to ~20 s on a loaded CPU: buckets that tell those apart.
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60)
 
 
-def instrument(app: FastAPI) -> None:
+def instrument(app: FastAPI) -> CollectorRegistry:
     """http_requests_total{handler,method,status}, http_request_duration_seconds{handler,method} (histogram),
     request and response sizes. Call it after every other middleware is added: it must be the outermost
     to count what they answer themselves (413 from the body limit)."""
@@ -21,3 +23,18 @@ def instrument(app: FastAPI) -> None:
         registry=registry,
     ).add(metrics.default(latency_lowr_buckets=LATENCY_BUCKETS_S, latency_highr_buckets=LATENCY_BUCKETS_S,
                           registry=registry)).instrument(app).expose(app, include_in_schema=False)
+    return registry
+
+
+class ModelAnswers:
+    """food11_model_answers_total{model,version,kind,sha256}: the answers each model build took part in. Its
+    labels are the identity every answer carries, so a dashboard tells replicas and builds apart, and sees
+    when a stand-in (kind="stand-in") answers in production."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.counter = Counter("food11_model_answers", "answers each model build took part in",
+                               ["model", "version", "kind", "sha256"], registry=registry)
+
+    def count(self, models: Iterable) -> None:
+        for served in models:
+            self.counter.labels(served.model, served.version, served.kind, served.sha256).inc()

@@ -4,8 +4,36 @@ from __future__ import annotations
 
 from pydantic import Base64Bytes, BaseModel, Field
 
+from food11_client import ServedModel
+from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
+
 CAPTION_STATUS_DOC = ("ok | low_confidence (captioned without the label) | captioner_timeout: ... | "
                       "captioner_error: ... (both: caption empty, label and probability still valid)")
+# What the offline defaults answer with: Swagger's examples say so, as the page does.
+STANDIN_WARNINGS = [BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING]
+WARNINGS_DOC = ("what the user must know about this answer, in plain words: a stand-in model's warning (random "
+                "weights: meaningless captions). Empty when every model that answered is real")
+MODELS_EXAMPLE = [{"model": "captioner", "version": "1", "kind": "stand-in", "sha256": "9d1ca878c3faccbc",
+                   "source": "BLIP stand-in 'base', random weights (seed 0), built by scripts/build_models.py",
+                   "warning": STANDIN_WARNINGS[0]}]
+
+
+class ServedModelInfo(BaseModel):
+    """One model whose weights took part in the answer, as its build's manifest says."""
+
+    model: str = Field(description="the model's name in Triton", examples=["captioner"])
+    version: str = Field(description="the version Triton served", examples=["1"])
+    kind: str = Field(description="real | stand-in | unknown (files not built by scripts/build_models.py)",
+                      examples=["stand-in"])
+    sha256: str = Field(description="the first 16 hex digits of the manifest's hash over the model's files: "
+                                    "two answers with the same hash came from the same weights",
+                        examples=["9d1ca878c3faccbc"])
+    source: str = Field(description="where the weights came from", examples=[MODELS_EXAMPLE[0]["source"]])
+    warning: str = Field(default="", description="a stand-in's warning", examples=[STANDIN_WARNINGS[0]])
+
+    @classmethod
+    def of(cls, models: tuple[ServedModel, ...]) -> list["ServedModelInfo"]:
+        return [cls.model_validate(model, from_attributes=True) for model in models]
 
 
 class CaptionResponse(BaseModel):
@@ -14,6 +42,9 @@ class CaptionResponse(BaseModel):
     caption: str = Field(description="BLIP caption, conditioned on the label",
                          examples=["a photo of vegetable/fruit, a green apple on a table"])
     caption_status: str = Field(description=CAPTION_STATUS_DOC, examples=["ok"])
+    warnings: list[str] = Field(description=WARNINGS_DOC, examples=[STANDIN_WARNINGS])
+    models: list[ServedModelInfo] = Field(description="which models answered: Triton's names and versions, "
+                                                      "what each is, its weights' hash", examples=[MODELS_EXAMPLE])
     elapsed_ms: float = Field(description="time this API spent on the request, milliseconds", examples=[41.7])
 
 
@@ -29,6 +60,8 @@ class PredictResponse(BaseModel):
     probability: float = Field(ge=0, le=1, examples=[0.998])
     caption: str = Field(examples=["a photo of vegetable/fruit, a green apple on a table"])
     caption_status: str = Field(description=CAPTION_STATUS_DOC, examples=["ok"])
+    warnings: list[str] = Field(description=WARNINGS_DOC, examples=[STANDIN_WARNINGS])
+    models: list[ServedModelInfo] = Field(description="which models answered", examples=[MODELS_EXAMPLE])
 
 
 class ErrorResponse(BaseModel):
@@ -38,3 +71,14 @@ class ErrorResponse(BaseModel):
 
 class Health(BaseModel):
     status: str = Field(examples=["ok"])
+
+
+class ModelState(BaseModel):
+    """A model Triton knows, with its build's manifest when it has one."""
+
+    name: str = Field(examples=["captioner"])
+    version: str = Field(default="", examples=["1"])
+    state: str = Field(default="", description="Triton's: READY, UNAVAILABLE, LOADING, ...", examples=["READY"])
+    reason: str = Field(default="", description="why it is not ready, when Triton says")
+    manifest: dict | None = Field(default=None, description="what the build wrote of it (kind, source, file hashes, "
+                                                            "precisions, measured fidelity); null: no manifest")

@@ -1,7 +1,7 @@
 """gRPC clients (sync and asyncio) and a CLI for the Food-11 captioning ensemble."""
 
 from food11_client.client import (AsyncFood11Client, CaptionResult, DeadlineExceededError, Food11Client,
-                                  InvalidImageError, PipelineError, ServerUnavailableError)
+                                  InvalidImageError, PipelineError, ServedModel, ServerUnavailableError)
 
 __all__ = [
     "AsyncFood11Client",
@@ -10,5 +10,6 @@ __all__ = [
     "Food11Client",
     "InvalidImageError",
     "PipelineError",
+    "ServedModel",
     "ServerUnavailableError",
 ]

@@ -1,4 +1,5 @@
-"""``food11-caption photo.jpg [more ...]``: label, probability and caption for each photo, as JSON."""
+"""``food11-caption photo.jpg [more ...]``: label, probability and caption for each photo, as JSON, with the
+models that answered; a stand-in's warning also goes to stderr, where a person at a terminal reads it."""
 
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
             return EXIT_FAILED
     output = [{"file": str(photo), **result.to_dict()} for photo, result in zip(args.photos, results)]
     print(json.dumps(output, indent=2, ensure_ascii=False))
+    for warning in dict.fromkeys(warning for result in results for warning in result.warnings):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

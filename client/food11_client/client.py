@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Sequence
 
 import numpy as np
@@ -18,7 +20,8 @@ from food11_client.cancellation import DRAIN_ON_CLOSE_S, cancels_safely, gave_up
 
 DEFAULT_URL = "127.0.0.1:8001"
 DEFAULT_MODEL = "food11_pipeline"
-OUTPUTS = ("LABEL", "PROBABILITY", "CAPTION", "CAPTION_STATUS")
+OUTPUTS = ("LABEL", "PROBABILITY", "CAPTION", "CAPTION_STATUS", "MODELS")
+MANIFESTS_MODEL = "model_manifests"  # the step that serves the loaded models' manifests
 
 
 def channel_args(lb_policy: str = "round_robin") -> list[tuple[str, object]]:
@@ -46,14 +49,32 @@ def channel_args(lb_policy: str = "round_robin") -> list[tuple[str, object]]:
 
 
 @dataclass(frozen=True)
+class ServedModel:
+    """One model whose weights took part in an answer, as its build's manifest describes it."""
+
+    model: str
+    version: str
+    kind: str  # "real", "stand-in" or "unknown" (files not built by scripts/build_models.py)
+    sha256: str  # the first 16 hex digits of the manifest's hash: tells builds apart
+    source: str  # where the weights came from
+    warning: str = ""  # a stand-in's, in plain words
+
+
+@dataclass(frozen=True)
 class CaptionResult:
     label: str
     probability: float
     caption: str
     caption_status: str  # "ok", "low_confidence", "captioner_timeout: ...", "captioner_error: ..."
+    models: tuple[ServedModel, ...] = ()
+
+    @property
+    def warnings(self) -> list[str]:
+        """What a user must know about this answer (a stand-in's words), each once."""
+        return list(dict.fromkeys(model.warning for model in self.models if model.warning))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "models": [asdict(model) for model in self.models], "warnings": self.warnings}
 
 
 class PipelineError(RuntimeError):
@@ -101,12 +122,24 @@ def _outputs(module) -> list:
     return [module.InferRequestedOutput(name) for name in OUTPUTS]
 
 
+@functools.lru_cache(maxsize=8)
+def _served_models(models_json: bytes) -> tuple[ServedModel, ...]:
+    """Every row of every answer of one server carries the same string: parsed once."""
+    known = {field.name for field in fields(ServedModel)}
+    return tuple(ServedModel(**{key: value for key, value in entry.items() if key in known})
+                 for entry in json.loads(models_json))
+
+
 def _results(response) -> list[CaptionResult]:
-    labels, probabilities, captions, statuses = (response.as_numpy(name).reshape(-1) for name in OUTPUTS)
+    labels, probabilities, captions, statuses, models = (response.as_numpy(name).reshape(-1) for name in OUTPUTS)
     return [
-        CaptionResult(label.decode(), float(probability), caption.decode(), status.decode())
-        for label, probability, caption, status in zip(labels, probabilities, captions, statuses)
+        CaptionResult(label.decode(), float(probability), caption.decode(), status.decode(), _served_models(served))
+        for label, probability, caption, status, served in zip(labels, probabilities, captions, statuses, models)
     ]
+
+
+def _manifests(response) -> list[dict]:
+    return json.loads(response.as_numpy("MANIFESTS")[0])
 
 
 class Food11Client:
@@ -158,6 +191,13 @@ class Food11Client:
             return self._client.is_model_ready(self.model)
         except InferenceServerException:
             return False
+
+    def manifests(self) -> list[dict]:
+        """The whole manifest of each served model with one (what it is, source, file hashes, fidelity)."""
+        try:
+            return _manifests(self._client.infer(MANIFESTS_MODEL, [], client_timeout=self.timeout_s))
+        except InferenceServerException as exc:
+            raise _translate(exc) from exc
 
     def close(self) -> None:
         give_up_at = time.monotonic() + DRAIN_ON_CLOSE_S
@@ -228,6 +268,21 @@ class AsyncFood11Client:
             return await self._client.is_model_ready(self.model)
         except InferenceServerException:
             return False
+
+    async def manifests(self) -> list[dict]:
+        """The whole manifest of each served model with one (what it is, source, file hashes, fidelity)."""
+        try:
+            return _manifests(await self._client.infer(MANIFESTS_MODEL, [], client_timeout=self.timeout_s))
+        except InferenceServerException as exc:
+            raise _translate(exc) from exc
+
+    async def repository_index(self) -> list[dict]:
+        """Every model Triton knows: name, version, state (READY, UNAVAILABLE, ...) and reason."""
+        try:
+            index = await self._client.get_model_repository_index(as_json=True)
+        except InferenceServerException as exc:
+            raise _translate(exc) from exc
+        return index.get("models", [])
 
     async def close(self) -> None:
         if self._unanswered:

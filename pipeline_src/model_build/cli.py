@@ -6,8 +6,10 @@ import argparse
 import logging
 import shutil
 from pathlib import Path
+from typing import Sequence
 
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.provenance.manifest import MANIFEST_FILE
 
 log = logging.getLogger("build_models")
 
@@ -34,11 +36,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_classifier(args: argparse.Namespace) -> None:
-    from pipeline_src.model_build import classifier_export
+    from pipeline_src.model_build import classifier_export, manifests
 
     target = args.repository / "classifier" / "1" / "model.onnx"
     if target.exists() and not args.force:
         log.info("classifier: %s exists (--force rebuilds it)", target)
+        manifests.write_classifier_manifest(target.parent, None, None)
         return
     if args.classifier_checkpoint:
         log.info("classifier: exporting %s (course MobileNetV2)", args.classifier_checkpoint)
@@ -47,19 +50,23 @@ def build_classifier(args: argparse.Namespace) -> None:
         log.info("classifier: offline default, ImageNet EfficientNet-Lite0 with the ImageNet->Food-11 head")
         model = classifier_export.imagenet_lite0_food11()
     difference = classifier_export.export_onnx(model, target)
-    print(f"classifier: wrote {target}; max abs difference ONNX Runtime vs PyTorch: {difference:.3g}")
+    manifest = manifests.write_classifier_manifest(
+        target.parent, manifests.classifier_origin(args.classifier_checkpoint), difference)
+    print(f"classifier: wrote {target} ({manifest.kind}); max abs difference ONNX Runtime vs PyTorch: {difference:.3g}")
 
 
 def build_captioner(args: argparse.Namespace) -> None:
-    from pipeline_src.model_build import blip_snapshot
+    from pipeline_src.model_build import blip_snapshot, manifests
     from pipeline_src.steps.captioning import standin_info
 
     target = args.repository / "captioner" / "1" / "blip"
+    copied_from = None  # what --blip named, when this run copied the snapshot from it
     if (target / "config.json").exists() and not args.force:
         kind = standin_info(target)
         log.info("captioner: %s exists (%s; --force rebuilds it)", target,
                  f"stand-in {kind['size']}" if kind else "real weights")
     elif args.blip:
+        copied_from = args.blip
         blip_snapshot.save_real(args.blip, target)
         print(f"captioner: wrote {target} from {args.blip}")
     else:
@@ -67,6 +74,9 @@ def build_captioner(args: argparse.Namespace) -> None:
         print(f"captioner: wrote a {args.blip_standin} BLIP STAND-IN with RANDOM WEIGHTS to {target}: "
               "its captions are MEANINGLESS (use --blip for a real model)")
     build_captioner_graphs(args.repository, target, force=args.force)
+    for manifest in manifests.write_captioner_manifests(args.repository, target,
+                                                        manifests.blip_origin(target, copied_from)):
+        print(f"{manifest.model}: manifest {manifest.kind}, sha256 {manifest.sha256[:16]}")
 
 
 def build_captioner_graphs(repository: Path, snapshot: Path, force: bool = False) -> None:
@@ -92,12 +102,14 @@ def main(argv=None) -> None:
     build(parse_args(argv))
 
 
-def build_repository_copy(destination: Path, blip_standin: str = "tiny") -> Path:
+def build_repository_copy(destination: Path, blip_standin: str = "tiny", models: Sequence[str] = ()) -> Path:
     """A copy of this project's model_repository/ (configs, model.py files) at ``destination`` with its
-    model files built: the offline-default classifier and a BLIP stand-in. For tests and benchmarks."""
+    model files built: the offline-default classifier and a BLIP stand-in, or what ``models`` (build
+    options such as ``--blip DIR``, ``--classifier-checkpoint FILE``) names. For tests and benchmarks."""
     shutil.copytree(PROJECT_ROOT / "model_repository", destination,
-                    ignore=shutil.ignore_patterns("*.onnx", "blip", "text_decoder", "fidelity.json", "__pycache__"))
-    build(parse_args(["--repository", str(destination), "--blip-standin", blip_standin]))
+                    ignore=shutil.ignore_patterns("*.onnx", "blip", "text_decoder", "fidelity.json", MANIFEST_FILE,
+                                                  "__pycache__"))
+    build(parse_args(["--repository", str(destination), *(models or ["--blip-standin", blip_standin])]))
     return destination
 
 

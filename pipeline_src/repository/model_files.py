@@ -1,10 +1,12 @@
-"""The files a model's version folder must hold: its backend's model file, and the files its settings name."""
+"""The files a model's version folder must hold: its backend's model file, the files its settings name, and
+the files its manifest describes."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
+from pipeline_src.provenance.manifest import verify as verify_manifest
 from pipeline_src.repository.loading import ModelEntry
 from pipeline_src.repository.report import Report
 from pipeline_src.steps.settings import StepSettings
@@ -78,3 +80,11 @@ def check_declared_files(entry: ModelEntry, settings: StepSettings, report: Repo
                 if not (directory / file_name).is_file():
                     report.error(entry.name, f"{where}: {directory} has no {file_name}; {BUILD_HINT}")
     return onnx_files
+
+
+def check_manifests(entry: ModelEntry, report: Report) -> None:
+    """A version folder's manifest.json (what the build wrote of its files) still describes them: the
+    identity every answer carries is read from it."""
+    for version_dir in entry.versions:
+        for problem in verify_manifest(version_dir):
+            report.error(entry.name, f"version {version_dir.name}: {problem}")

@@ -4,7 +4,7 @@ No server needed, and fast (no torch): every config.pbtxt parses as Triton's Mod
 after its folder; every model has the version folder and the files its backend and its settings need;
 every Python step's parameters pass its typed settings class; every ensemble's graph is wired
 consistently (ensembles in ensembles too); every BLS call matches its callee; every ONNX file matches
-its model's config. Lists every problem at once, one line each, naming model, step and tensor; exit
+its model's config; every manifest.json matches the files it describes. Lists every problem at once, one line each, naming model, step and tensor; exit
 status 1 when there is an error, 0 otherwise (warnings alone: 0).
 """
 
@@ -19,7 +19,7 @@ from pipeline_src.repository.bls_calls import check_bls_calls
 from pipeline_src.repository.ensembles import check_ensemble, check_ensemble_nesting
 from pipeline_src.repository.loading import ModelEntry, load_models
 from pipeline_src.repository.model_files import (PYTHON_BACKEND, check_backend_files, check_declared_files,
-                                                 runs_onnx_runtime)
+                                                 check_manifests, runs_onnx_runtime)
 from pipeline_src.repository.onnx_io import check_onnx_io
 from pipeline_src.repository.report import Problem, Report, Severity
 from pipeline_src.repository.step_settings import check_settings
@@ -59,6 +59,7 @@ def _check_model(entry: ModelEntry, models: dict[str, ModelEntry], report: Repor
         report.error(entry.name, "the config names neither a backend nor a platform")
         return
     model_files = check_backend_files(entry, report)
+    check_manifests(entry, report)
     if runs_onnx_runtime(entry):
         for path in model_files:
             if path.is_file():

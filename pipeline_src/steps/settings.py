@@ -120,6 +120,11 @@ class PreprocessSettings(StepSettings):
 
 
 @dataclass(frozen=True)
+class ModelManifestsSettings(StepSettings):
+    """No parameters: the step serves what the build wrote (pipeline_src.provenance)."""
+
+
+@dataclass(frozen=True)
 class OnnxStepSettings(StepSettings):
     """A step that runs one ONNX model (pipeline_src.steps.onnx_step)."""
 

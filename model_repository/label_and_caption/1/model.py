@@ -5,6 +5,7 @@ import asyncio
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from pipeline_src.provenance.served import identity_json
 from pipeline_src.steps.classification import STATUS_ERROR, STATUS_TIMEOUT, caption_plan, predict
 from pipeline_src.steps.settings import LabelAndCaptionSettings
 from pipeline_src.steps.triton_step import StepContext, bytes_tensor, input_array
@@ -20,6 +21,9 @@ class TritonPythonModel:
     def initialize(self, args):
         self.step = StepContext(args)
         self.settings = LabelAndCaptionSettings.from_model_config(self.step.config)
+        # Which weights answer, read from the manifests of the versions Triton loads beside this step.
+        self.models = identity_json(self.step.repository)
+        self.step.logger.log_info(f"{self.step.name}: every answer names the models {self.models}")
 
     async def execute(self, requests):
         # The captioner calls of all requests are in flight at once; its dynamic batcher merges them.
@@ -44,6 +48,7 @@ class TritonPythonModel:
             pb_utils.Tensor("PROBABILITIES", np.stack([p.probabilities for p in predictions])),
             bytes_tensor("CAPTION", captions),
             bytes_tensor("CAPTION_STATUS", statuses),
+            bytes_tensor("MODELS", [self.models] * len(predictions)),
         ])
 
     async def _caption(self, image_embeds, prompts, trace):

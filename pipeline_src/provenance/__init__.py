@@ -1,0 +1,2 @@
+"""Which models answered: the manifest the build writes beside each model it builds, and the identity
+of the served models that every answer carries."""

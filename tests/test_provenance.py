@@ -1,0 +1,104 @@
+"""Every answer names the models that made it, as the build's manifests describe the files the server loaded;
+a stand-in says so wherever the answer is shown (gRPC client, CLI, API JSON, page), a real model does not."""
+
+import json
+
+import httpx
+import pytest
+
+from pipeline_src.provenance.manifest import MANIFEST_FILE, read_manifest, verify, write_manifest
+from pipeline_src.provenance.served import SHORT_HASH
+from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
+
+WEIGHTED_MODELS = ["captioner", "classifier", "vision_encoder"]  # the models the build writes manifests for
+
+
+def expected_identity(repository):
+    """What an answer must say, read here from the files on disk: each manifest must still match them."""
+    identity = []
+    for model in WEIGHTED_MODELS:
+        version_dir = repository / model / "1"
+        assert verify(version_dir) == [], f"{model}: manifest does not match its files"
+        manifest = read_manifest(version_dir)
+        identity.append((model, "1", manifest.kind, manifest.sha256[:SHORT_HASH]))
+    return identity
+
+
+def answered_identity(result):
+    return [(served.model, served.version, served.kind, served.sha256) for served in result.models]
+
+
+def test_a_manifest_notices_every_change_to_its_files(tmp_path):
+    (tmp_path / "weights.onnx").write_bytes(b"weights")
+    (tmp_path / "graphs").mkdir()
+    (tmp_path / "graphs" / "step.onnx").write_bytes(b"step")
+    manifest = write_manifest(tmp_path, "demo", "real", "a test", [tmp_path / "weights.onnx",
+                                                                   tmp_path / "graphs" / "step.onnx"])
+    assert set(manifest.files) == {"weights.onnx", "graphs/step.onnx"}
+    assert read_manifest(tmp_path) == manifest and verify(tmp_path) == []
+
+    (tmp_path / "weights.onnx").write_bytes(b"other weights")
+    (tmp_path / "graphs" / "step.onnx").unlink()
+    assert verify(tmp_path) == [
+        "manifest.json lists graphs/step.onnx, which is missing",
+        "weights.onnx is not the file manifest.json describes (replaced since it was built: `make models` records "
+        "what it is now, FORCE=1 rebuilds it)",
+    ]
+    document = json.loads((tmp_path / MANIFEST_FILE).read_text())
+    document["sha256"] = "0" * 64
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(document))
+    assert any("edited by hand" in problem for problem in verify(tmp_path))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        write_manifest(tmp_path, "demo", "trained", "a test", [])
+
+
+def test_every_answer_names_the_weights_the_server_loaded(client, model_repository, photos):
+    results = client.caption([photos["apple.jpg"], photos["chelsea.jpg"]])
+    expected = expected_identity(model_repository)
+    assert [answered_identity(result) for result in results] == [expected, expected]
+    assert {served.kind for served in results[0].models} == {"stand-in"}
+    assert results[0].warnings == [BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING]
+
+
+def test_the_server_serves_each_whole_manifest(client, model_repository):
+    served = client.manifests()
+    assert [manifest["model"] for manifest in served] == WEIGHTED_MODELS
+    for manifest in served:
+        on_disk = json.loads((model_repository / manifest["model"] / "1" / MANIFEST_FILE).read_text())
+        assert manifest == {"version": "1", **on_disk}
+    captioner = served[0]
+    assert set(captioner["precisions"]) == {"fp32", "int8"}
+    assert 0 < captioner["fidelity"]["int8_vs_fp32"]["teacher_forced_top1"] <= 1
+
+
+def test_the_api_shows_the_models_and_the_stand_in_warning(api, client, model_repository, photos):
+    answer = httpx.post(f"{api.url}/caption", files={"photo": ("apple.jpg", photos["apple.jpg"])}, timeout=120).json()
+    assert answer["warnings"] == [BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING]
+    assert [(m["model"], m["version"], m["kind"], m["sha256"]) for m in answer["models"]] == \
+        expected_identity(model_repository)
+
+    listed = {entry["name"]: entry for entry in httpx.get(f"{api.url}/models", timeout=30).json()}
+    assert {"food11_pipeline", "preprocess", *WEIGHTED_MODELS} <= set(listed)
+    assert {entry["state"] for entry in listed.values()} == {"READY"}
+    assert listed["captioner"]["manifest"] == client.manifests()[0]
+    assert listed["preprocess"]["manifest"] is None  # code only, no weights
+
+    metrics = httpx.get(f"{api.url}/metrics").text
+    captioner_sha = answer["models"][0]["sha256"]
+    assert (f'food11_model_answers_total{{kind="stand-in",model="captioner",sha256="{captioner_sha}",version="1"}}'
+            in metrics)
+
+
+@pytest.mark.integration
+def test_models_built_from_real_weights_answer_without_a_warning(real_api, real_repository, model_repository, photos):
+    answer = httpx.post(f"{real_api.url}/caption", files={"photo": ("apple.jpg", photos["apple.jpg"])},
+                        timeout=120).json()
+    identity = [(m["model"], m["version"], m["kind"], m["sha256"]) for m in answer["models"]]
+    assert identity == expected_identity(real_repository)
+    assert {m["kind"] for m in answer["models"]} == {"real"}
+    assert answer["warnings"] == []
+    classifier = read_manifest(real_repository / "classifier" / "1")
+    assert classifier.source.startswith("course MobileNetV2 checkpoint food11.pth (sha256 ")
+    # other weights, another identity: answers of the two servers can be told apart
+    stand_in = dict((model, sha) for model, _, _, sha in expected_identity(model_repository))
+    assert dict((model, sha) for model, _, _, sha in identity)["classifier"] != stand_in["classifier"]
