@@ -42,7 +42,7 @@ def test_a_manifest_notices_every_change_to_its_files(tmp_path):
     assert verify(tmp_path) == [
         "manifest.json lists graphs/step.onnx, which is missing",
         "weights.onnx is not the file manifest.json describes (replaced since it was built: `make models` records "
-        "what it is now, FORCE=1 rebuilds it)",
+        "what it is now, `make models BUILD_ARGS=--force` rebuilds it)",
     ]
     document = json.loads((tmp_path / MANIFEST_FILE).read_text())
     document["sha256"] = "0" * 64
@@ -50,6 +50,21 @@ def test_a_manifest_notices_every_change_to_its_files(tmp_path):
     assert any("edited by hand" in problem for problem in verify(tmp_path))
     with pytest.raises(ValueError, match="kind must be one of"):
         write_manifest(tmp_path, "demo", "trained", "a test", [])
+
+
+def test_the_build_keeps_what_it_knows_and_says_what_it_does_not(tmp_path):
+    """Files found in place keep a manifest that still matches them; otherwise their origin is unknown,
+    and that is a warning too: an answer must not look real when nobody knows."""
+    from pipeline_src.model_build.manifests import classifier_origin, write_classifier_manifest
+
+    (tmp_path / "model.onnx").write_bytes(b"an ONNX file copied here by hand")
+    found = write_classifier_manifest(tmp_path, None, None)
+    assert found.kind == "unknown" and "not recorded" in found.warning
+    built = write_classifier_manifest(tmp_path, classifier_origin(None), 4.3e-6)
+    assert (built.kind, built.warning) == ("stand-in", CLASSIFIER_STANDIN_WARNING)
+    assert write_classifier_manifest(tmp_path, None, None) == built  # still matches its file: kept
+    (tmp_path / "model.onnx").write_bytes(b"replaced")
+    assert write_classifier_manifest(tmp_path, None, None).kind == "unknown"
 
 
 def test_every_answer_names_the_weights_the_server_loaded(client, model_repository, photos):

@@ -12,7 +12,8 @@ CAPTION_STATUS_DOC = ("ok | low_confidence (captioned without the label) | capti
 # What the offline defaults answer with: Swagger's examples say so, as the page does.
 STANDIN_WARNINGS = [BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING]
 WARNINGS_DOC = ("what the user must know about this answer, in plain words: a stand-in model's warning (random "
-                "weights: meaningless captions). Empty when every model that answered is real")
+                "weights: meaningless captions), or that a model's origin is unknown. Empty when every model that "
+                "answered is real")
 MODELS_EXAMPLE = [{"model": "captioner", "version": "1", "kind": "stand-in", "sha256": "9d1ca878c3faccbc",
                    "source": "BLIP stand-in 'base', random weights (seed 0), built by scripts/build_models.py",
                    "warning": STANDIN_WARNINGS[0]}]
@@ -39,7 +40,8 @@ class ServedModelInfo(BaseModel):
 class CaptionResponse(BaseModel):
     label: str = Field(description="Food-11 class", examples=["Vegetable/Fruit"])
     probability: float = Field(ge=0, le=1, description="softmax probability of the label", examples=[0.998])
-    caption: str = Field(description="BLIP caption, conditioned on the label",
+    caption: str = Field(description="BLIP caption, conditioned on the label. From the offline default's BLIP "
+                                     "stand-in (random weights) it is meaningless words: `warnings` says so",
                          examples=["a photo of vegetable/fruit, a green apple on a table"])
     caption_status: str = Field(description=CAPTION_STATUS_DOC, examples=["ok"])
     warnings: list[str] = Field(description=WARNINGS_DOC, examples=[STANDIN_WARNINGS])
@@ -58,7 +60,8 @@ class PredictResponse(BaseModel):
 
     prediction: str = Field(description="Food-11 class", examples=["Vegetable/Fruit"])
     probability: float = Field(ge=0, le=1, examples=[0.998])
-    caption: str = Field(examples=["a photo of vegetable/fruit, a green apple on a table"])
+    caption: str = Field(description="as /caption's: meaningless words from the offline BLIP stand-in (see warnings)",
+                         examples=["a photo of vegetable/fruit, a green apple on a table"])
     caption_status: str = Field(description=CAPTION_STATUS_DOC, examples=["ok"])
     warnings: list[str] = Field(description=WARNINGS_DOC, examples=[STANDIN_WARNINGS])
     models: list[ServedModelInfo] = Field(description="which models answered", examples=[MODELS_EXAMPLE])

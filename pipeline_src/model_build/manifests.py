@@ -87,6 +87,8 @@ def _write_or_keep(version_dir: Path, model: str, files: list[Path], origin: Ori
         log.warning("%s: files in %s were not built by this run and no manifest matches them: recorded as "
                     "kind 'unknown' (build with --force to record their origin)", model, version_dir)
         origin = Origin("unknown", "files found in place; not built by scripts/build_models.py, or built before "
-                                   "manifests existed")
+                                   "manifests existed",
+                        f"{model}: where its weights came from is not recorded (rebuild it with "
+                        "`make models BUILD_ARGS=--force`, or scripts/build_models.py --force and your weights)")
     return write_manifest(version_dir, model, origin.kind, origin.source, files, warning=origin.warning,
                           precisions=precisions, fidelity=fidelity)

@@ -83,5 +83,5 @@ def verify(version_dir: Path) -> list[str]:
             problems.append(f"{MANIFEST_FILE} lists {name}, which is missing")
         elif file_sha256(path) != digest:
             problems.append(f"{name} is not the file {MANIFEST_FILE} describes (replaced since it was built: "
-                            "`make models` records what it is now, FORCE=1 rebuilds it)")
+                            "`make models` records what it is now, `make models BUILD_ARGS=--force` rebuilds it)")
     return problems
