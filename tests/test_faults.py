@@ -3,6 +3,7 @@ Triton stopped and back, the captioner's stub process killed, deadlines passing,
 step failing to load. README "Failure behaviour" says what the user sees in each."""
 
 import logging
+import re
 import shutil
 import socket
 import subprocess
@@ -160,6 +161,8 @@ def test_a_step_that_fails_to_load_is_named_with_its_reason(model_repository, tm
                "--grpc-port", str(ports.grpc), "--metrics-port", str(ports.metrics)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
-    assert ("error: tritonserver exited with code 1: a step failed to load:\n"
-            "  captioner: Internal: SettingsError: max_new_tokens must be positive\n") in result.stderr
+    # Triton's own exit code is 1, or -11: 2.51 sometimes dies of SIGSEGV while shutting down after a failed
+    # load (seen once in 30-odd CI runs). serve.py's exit code and its naming of the step are the contract.
+    assert re.search(r"error: tritonserver exited with code (1|-11): a step failed to load:\n"
+                     r"  captioner: Internal: SettingsError: max_new_tokens must be positive\n", result.stderr)
     assert "Traceback" not in result.stderr
