@@ -3,7 +3,10 @@
 # make test:  set up, run the whole test suite (it builds its own tiny models and starts its own Triton).
 # make soak:  2,000 requests at concurrency 16 through the API; zero failed, zero lost, every answer its own
 #             photo's, memory flat; figures in benchmarks/results/soak.md (SOAK_ARGS; a few minutes).
-# make audit: pip-audit of the installed, pinned set against PyPI's advisory data (needs pypi.org).
+# make overload: offered load 1x to 10x capacity through the API; refusals fast, answers right, memory flat;
+#             figures in benchmarks/results/overload.md (OVERLOAD_ARGS; about 6 minutes).
+# make audit: pip-audit of the installed, pinned set against PyPI's advisory data (needs pypi.org); fails
+#             when a package cannot be audited.
 # make bench: profile the ensemble and each step with perf_analyzer, with the baselines; figures and
 #             plots in benchmarks/results/ (about 50 minutes on 2 CPU cores with the base stand-in).
 
@@ -15,6 +18,7 @@ BLIP_STANDIN ?= base
 BUILD_ARGS ?=
 BENCH_ARGS ?=
 SOAK_ARGS ?=
+OVERLOAD_ARGS ?=
 # Bind address of Triton (HTTP, gRPC, metrics) and the API: this machine only unless set (0.0.0.0: the network).
 HOST ?= 127.0.0.1
 HTTP_PORT ?= 8000
@@ -28,7 +32,7 @@ BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json
 # existed gets them from the next `make models`, which rebuilds nothing that is there
 MANIFESTS := $(foreach model,classifier vision_encoder captioner,model_repository/$(model)/1/manifest.json)
 
-.PHONY: install browser models serve perf-analyzer test bench bench-captioner bench-cancellation soak audit clean
+.PHONY: install browser models serve perf-analyzer test bench bench-captioner bench-cancellation bench-warm-start soak overload audit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -81,12 +85,23 @@ bench-captioner: models perf-analyzer
 bench-cancellation: install
 	$(BIN)/python benchmarks/cancellation.py
 
+# The first request after ready against steady ones, steps' warm-up on and off, in one run (~5 minutes);
+# benchmarks/results/warm_start.md.
+bench-warm-start: models
+	$(BIN)/python benchmarks/warm_start.py
+
 soak: install
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
+# Offered load from 1x to 10x the measured capacity through the API (base stand-in, ~6 minutes): goodput,
+# refusals, latency, memory; benchmarks/results/overload.md.
+overload: models
+	$(BIN)/python benchmarks/overload.py $(OVERLOAD_ARGS)
+
 audit: install
 	$(BIN)/python -m pip install --quiet -e ".[audit]"
-	$(BIN)/pip-audit --local --skip-editable --desc on
+	@# --strict: a package the advisory service cannot be asked about fails the audit, rather than passing unaudited
+	$(BIN)/pip-audit --local --skip-editable --desc on --strict || { echo "make audit: FAILED, or could not reach the advisory data for every package (see above): nothing is known to be safe"; exit 1; }
 
 clean:
 	rm -rf .triton logs build $(CLASSIFIER_ONNX) model_repository/vision_encoder/1/*.onnx \

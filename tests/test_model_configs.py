@@ -105,3 +105,18 @@ def test_top_labels_declares_k_labels_per_photo_and_the_topk_ensemble_returns_th
     # The same four outputs as food11_pipeline, declared alike, plus the top k.
     assert {name: spec for name, spec in outputs.items() if not name.startswith("TOP_")} == tensors(
         CONFIGS["food11_pipeline"].output)
+
+
+def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
+    """The vision encoder and the captioner (every config variant of them) refuse at once past a bounded
+    queue, and refuse a request that waited past the queue timeout, which comes before label_and_caption
+    stops waiting for a caption: no step works for a caller that has gone."""
+    caption_timeout_us = 1000 * int(CONFIGS["label_and_caption"].parameters["caption_timeout_ms"].string_value)
+    variants = [CONFIGS["captioner"], CONFIGS["vision_encoder"],
+                *(load(path) for path in sorted((REPOSITORY / "vision_encoder" / "configs").glob("*.pbtxt")))]
+    policies = {text_format.MessageToString(config.dynamic_batching.default_queue_policy) for config in variants}
+    assert len(policies) == 1, policies  # one policy, said alike everywhere
+    policy = variants[0].dynamic_batching.default_queue_policy
+    assert policy.max_queue_size > 0
+    assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
+    assert 0 < policy.default_timeout_microseconds < caption_timeout_us

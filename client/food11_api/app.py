@@ -18,14 +18,14 @@ from fastapi.staticfiles import StaticFiles
 from starlette.formparsers import MultiPartParser
 
 from food11_api.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, unless_disconnected
-from food11_api.metrics import ModelAnswers, instrument
-from food11_api.middleware import (BodySizeLimitMiddleware, RequestIdMiddleware, ServerTimingMiddleware,
-                                   error_response)
+from food11_api.metrics import ModelAnswers, Refusals, instrument
+from food11_api.middleware import (AdmissionMiddleware, BodySizeLimitMiddleware, RequestIdMiddleware,
+                                   ServerTimingMiddleware, error_response)
 from food11_api.schemas import (CaptionResponse, ErrorResponse, Health, ModelState, PredictRequest, PredictResponse,
                                 ServedModelInfo)
 from food11_api.settings import ApiSettings
 from food11_client import (AsyncFood11Client, CaptionResult, DeadlineExceededError, InvalidImageError,
-                           PipelineError, ServerUnavailableError)
+                           OverloadedError, PipelineError, ServerUnavailableError)
 from food11_client.client import MANIFESTS_MODEL
 
 log = logging.getLogger("food11_api")
@@ -46,10 +46,12 @@ ERROR_RESPONSES = {
     413: _error_doc("the request body is over the upload limit", "request body over the 10485760-byte upload limit"),
     422: {"description": "malformed request body"},
     500: _error_doc("unexpected failure; the request id is in the log", f"internal error (request id {REQUEST_ID_EXAMPLE})"),
-    503: _error_doc("Triton is unreachable or the ensemble is not loaded",
-                    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:8001: Connection refused"),
+    503: _error_doc("over capacity (this API's in-flight cap, or a Triton step's queue; the Retry-After header says "
+                    "when to retry), or Triton is unreachable or the ensemble is not loaded",
+                    "over capacity: this API already serves 16 requests (FOOD11_API_MAX_IN_FLIGHT); retry after 2 s"),
     504: _error_doc("the pipeline did not answer within the deadline", "Deadline Exceeded"),
 }
+CAPTIONING_PATHS = frozenset({"/caption", "/predict"})  # the requests that cost model time: capped in flight
 STATUS_BY_ERROR = {InvalidImageError: 400, ServerUnavailableError: 503, DeadlineExceededError: 504}
 INDEX_HTML = files("food11_api").joinpath("index.html").read_text(encoding="utf-8")
 # Swagger UI 5 served by this API (from the swagger-ui-py wheel), not from a CDN: /docs works offline.
@@ -69,6 +71,13 @@ def error_body(request: Request, status: int, detail: str) -> JSONResponse:
 
 async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
     status = next((code for kind, code in STATUS_BY_ERROR.items() if isinstance(exc, kind)), 500)
+    if isinstance(exc, OverloadedError):  # Triton's queue refused it: the same answer as our own cap
+        request.app.state.refusals.count("triton")
+        retry_after = request.app.state.settings.retry_after_s
+        log.info("request %s: %s %s -> 503 (Triton over capacity): %s", request.state.request_id, request.method,
+                 request.url.path, exc)
+        return error_response(503, f"over capacity: {exc}; retry after {retry_after} s", request.state.request_id,
+                              **{"Retry-After": str(retry_after)})
     log_call = log.warning if status < 500 else log.error
     log_call("request %s: %s %s -> %d: %s", request.state.request_id, request.method, request.url.path, status, exc)
     return error_body(request, status, str(exc))
@@ -115,9 +124,15 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_exception_handler(ClientDisconnected, client_disconnected)
     app.add_exception_handler(Exception, unexpected_error)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_upload_bytes)
+    # Outside the body limit: a request over capacity is refused before its body is read.
+    app.add_middleware(AdmissionMiddleware, max_in_flight=settings.max_in_flight,
+                       retry_after_s=settings.retry_after_s, paths=CAPTIONING_PATHS,
+                       refused=lambda: app.state.refusals.count("api"))
     app.add_middleware(ServerTimingMiddleware)
     app.add_middleware(RequestIdMiddleware)  # every response, 413 included, carries the id
-    model_answers = ModelAnswers(instrument(app))  # instrument: outermost, counts the middlewares' answers too
+    registry = instrument(app)  # outermost: counts the middlewares' answers too
+    model_answers = ModelAnswers(registry)
+    app.state.refusals = Refusals(registry)
 
     async def caption_one(request: Request, client: AsyncFood11Client, image: bytes,
                           response: Response) -> CaptionResult:

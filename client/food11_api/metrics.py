@@ -38,3 +38,17 @@ class ModelAnswers:
     def count(self, models: Iterable) -> None:
         for served in models:
             self.counter.labels(served.model, served.version, served.kind, served.sha256).inc()
+
+
+
+class Refusals:
+    """food11_refused_total{by}: requests refused under overload, by this API (``api``: its in-flight cap)
+    or by Triton (``triton``: a step's queue policy). Both answer 503 with Retry-After."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.counter = Counter("food11_refused", "requests refused under overload", ["by"], registry=registry)
+        for by in ("api", "triton"):
+            self.counter.labels(by)  # present at 0 from the start, so a rate() sees the first refusal
+
+    def count(self, by: str) -> None:
+        self.counter.labels(by).inc()

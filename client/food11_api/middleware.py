@@ -1,10 +1,12 @@
-"""Pure ASGI middlewares: a request id on every request, a cap on request bodies, Server-Timing."""
+"""Pure ASGI middlewares: a request id on every request, a cap on request bodies, a cap on requests in
+flight, Server-Timing."""
 
 from __future__ import annotations
 
 import re
 import time
 import uuid
+from typing import Callable
 
 from starlette.responses import JSONResponse
 
@@ -107,3 +109,33 @@ class ServerTimingMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_timing)
+
+
+class AdmissionMiddleware:
+    """At most ``max_in_flight`` requests to ``paths`` at once; past it, 503 with ``Retry-After`` at once,
+    before the body is read: an API over capacity sheds load instead of queueing it until the deadline.
+    ``refused`` is called for each refusal (the metric)."""
+
+    def __init__(self, app, max_in_flight: int, retry_after_s: int, paths: frozenset[str],
+                 refused: Callable[[], None]):
+        self.app = app
+        self.max_in_flight = max_in_flight
+        self.retry_after_s = retry_after_s
+        self.paths = paths
+        self.refused = refused
+        self.in_flight = 0  # one event loop: no lock needed
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            return await self.app(scope, receive, send)
+        if self.in_flight >= self.max_in_flight:
+            self.refused()
+            detail = (f"over capacity: this API already serves {self.max_in_flight} requests "
+                      f"(FOOD11_API_MAX_IN_FLIGHT); retry after {self.retry_after_s} s")
+            response = error_response(503, detail, _request_id(scope), **{"Retry-After": str(self.retry_after_s)})
+            return await response(scope, receive, send)
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1

@@ -1,7 +1,8 @@
 """gRPC clients (sync and asyncio) and a CLI for the Food-11 captioning ensemble."""
 
 from food11_client.client import (AsyncFood11Client, CaptionResult, DeadlineExceededError, Food11Client,
-                                  InvalidImageError, PipelineError, ServedModel, ServerUnavailableError)
+                                  InvalidImageError, OverloadedError, PipelineError, ServedModel,
+                                  ServerUnavailableError)
 
 __all__ = [
     "AsyncFood11Client",
@@ -9,6 +10,7 @@ __all__ = [
     "DeadlineExceededError",
     "Food11Client",
     "InvalidImageError",
+    "OverloadedError",
     "PipelineError",
     "ServedModel",
     "ServerUnavailableError",

@@ -97,6 +97,17 @@ class DeadlineExceededError(PipelineError):
     """The call did not finish within its deadline."""
 
 
+class OverloadedError(ServerUnavailableError):
+    """Triton refused the call at once because a step's queue is full (or it waited in it past the step's
+    queue timeout): the server is over capacity. Retry later (``RETRY_AFTER_S``), or elsewhere."""
+
+
+# How Triton says that a step refused a request under load (its queue policy), and how label_and_caption
+# says that its captioner did. All come as UNAVAILABLE, which also means "server down": the text tells.
+OVERLOAD_MESSAGES = ("Exceeds maximum queue size", "Request timeout expired", "over capacity")
+RETRY_AFTER_S = 2  # a queue of a few batches drains in about that long on a CPU; sooner on a GPU
+
+
 _ERRORS_BY_STATUS = {
     "StatusCode.INVALID_ARGUMENT": InvalidImageError,
     "StatusCode.UNAVAILABLE": ServerUnavailableError,
@@ -106,8 +117,10 @@ _ERRORS_BY_STATUS = {
 
 
 def _translate(exc: InferenceServerException) -> PipelineError:
-    status = exc.status()
-    return _ERRORS_BY_STATUS.get(status, PipelineError)(exc.message() or str(exc), status)
+    status, message = exc.status(), exc.message() or str(exc)
+    if status == "StatusCode.UNAVAILABLE" and any(sign in message for sign in OVERLOAD_MESSAGES):
+        return OverloadedError(message, status)
+    return _ERRORS_BY_STATUS.get(status, PipelineError)(message, status)
 
 
 def _inputs(module, images: Sequence[bytes]) -> list:

@@ -130,6 +130,7 @@ class OnnxStepSettings(StepSettings):
 
     onnx_file: str = "model.onnx"  # relative to the model version directory
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
+    warm_up: bool = True  # one run on zeros at load, so that ready means warm (README, "Overload")
 
     ONNX_FILE_FIELDS = ("onnx_file",)
 
@@ -203,6 +204,7 @@ class CaptionerSettings(PrecisionSettings):
     max_new_tokens: int = 20
     repetition_penalty: float = 1.0  # 1.0: none (Hugging Face's definition otherwise)
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
+    warm_up: bool = True  # one caption of zeros at load, so that ready means warm
 
     DIRECTORY_FIELDS = {"model_dir": ("tokenizer_config.json",),
                         "graphs_dir": ("cross_kv.onnx", "decoder_step.onnx", "decoder.json")}

@@ -29,6 +29,8 @@ class TritonPythonModel:
                                               repetition_penalty=settings.repetition_penalty)
         self.step.logger.log_info(f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), "
                                   f"providers {self.captioner.decoder.step.get_providers()}")
+        if settings.warm_up:
+            self.step.logger.log_info(f"{self.step.name}: warmed up in {self.captioner.warm_up():.2f} s")
 
     def execute(self, requests):
         embeds, sizes = stack_requests([input_array(request, "IMAGE_EMBEDS") for request in requests])

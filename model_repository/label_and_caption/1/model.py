@@ -6,6 +6,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from pipeline_src.provenance.served import identity_json
+from pipeline_src.steps.bls import refused_under_load
 from pipeline_src.steps.classification import STATUS_ERROR, STATUS_TIMEOUT, caption_plan, predict
 from pipeline_src.steps.settings import LabelAndCaptionSettings
 from pipeline_src.steps.triton_step import StepContext, bytes_tensor, input_array
@@ -41,6 +42,11 @@ class TritonPythonModel:
         prompts = [prompt for prompt, _ in plans]
         captions, failure = await self._caption(pb_utils.get_input_tensor_by_name(request, EMBEDS_SENT.name), prompts,
                                                 request.trace())
+        if failure and refused_under_load(failure):
+            # Overload is the caller's to handle (retry later, elsewhere): refuse the request as the
+            # captioner refused its call, rather than answer without a caption.
+            return self.step.error(f"the captioner is over capacity ({failure}): retry later",
+                                   pb_utils.TritonError.UNAVAILABLE)
         statuses = [failure or status for _, status in plans]
         return pb_utils.InferenceResponse(output_tensors=[
             bytes_tensor("LABEL", [prediction.label for prediction in predictions]),

@@ -1,0 +1,101 @@
+"""Is a ready server a warm one? The first request after tritonserver reports ready, against steady ones,
+with the steps' warm-up at load (``warm_up``, the default) and without it, in one run.
+
+Each round starts a fresh tritonserver on the repository (default: model_repository/, the base stand-in of
+`make models`; without warm-up: a hard-linked copy under build/warm_start/ whose weighted steps say
+``warm_up: false``), waits until it is ready, then times one single-photo request through the gRPC client,
+then ``--steady`` more, one after another (each photo of tests/photos in turn). The figure that matters is
+the first request's latency over the steady median.
+
+Figures to ``benchmarks/results/warm_start.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from food11_client import Food11Client
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling.report import commit_description, machine_description, write_markdown_table
+from pipeline_src.serving.launcher import TritonServer, free_ports
+
+RESULTS = PROJECT_ROOT / "benchmarks" / "results"
+PHOTOS = sorted((PROJECT_ROOT / "tests" / "photos").iterdir())
+WARMED_STEPS = ("classifier", "vision_encoder", "captioner")  # the steps with a warm_up setting
+NO_WARM_UP = '\nparameters {\n  key: "warm_up"\n  value: { string_value: "false" }\n}\n'
+
+
+def without_warm_up(repository: Path, destination: Path) -> Path:
+    """The repository with its weighted steps' warm-up off: hard links (no copy of the weights) but for
+    the configs, which are rewritten."""
+    shutil.rmtree(destination, ignore_errors=True)
+    shutil.copytree(repository, destination, copy_function=os.link,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for step in WARMED_STEPS:
+        config = destination / step / "config.pbtxt"
+        text = config.read_text()
+        config.unlink()  # a hard link: writing through it would change the original
+        config.write_text(text + NO_WARM_UP)
+    return destination
+
+
+def timed_caption(client: Food11Client, photo: bytes) -> float:
+    started = time.perf_counter()
+    client.caption([photo])
+    return time.perf_counter() - started
+
+
+def one_round(repository: Path, steady: int) -> dict:
+    with tempfile.TemporaryDirectory() as work_dir:
+        started = time.perf_counter()
+        with TritonServer(repository, Path(work_dir), free_ports()) as server:
+            ready_s = time.perf_counter() - started
+            with Food11Client(server.grpc_url, timeout_s=300) as client:
+                photos = [path.read_bytes() for path in PHOTOS]
+                first_s = timed_caption(client, photos[0])
+                steady_s = [timed_caption(client, photos[(index + 1) % len(photos)]) for index in range(steady)]
+    median = statistics.median(steady_s)
+    return {"ready_s": ready_s, "first_s": first_s, "steady_median_s": median, "steady_s": steady_s,
+            "first_over_steady": first_s / median}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per variant, alternating (default: 2)")
+    parser.add_argument("--steady", type=int, default=8)
+    args = parser.parse_args(argv)
+
+    variants = {"warm-up at load (default)": args.repository,
+                "no warm-up": without_warm_up(args.repository, PROJECT_ROOT / "build" / "warm_start" / "cold")}
+    rows = []
+    for index in range(args.rounds):
+        for variant, repository in variants.items():
+            measured = one_round(repository, args.steady)
+            rows.append({"variant": variant, "round": index + 1, **measured})
+            print(f"{variant}, round {index + 1}: first {measured['first_s']:.2f} s, steady median "
+                  f"{measured['steady_median_s']:.2f} s ({measured['first_over_steady']:.2f}x)", flush=True)
+    document = {"commit": commit_description(), "machine": machine_description(),
+                "repository": args.repository.name, "rounds": rows}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "warm_start.json").write_text(json.dumps(document, indent=2) + "\n")
+    columns = ["variant", "round", "ready after (s)", "first request (ms)", "steady median (ms)", "first / steady"]
+    table = [{"variant": row["variant"], "round": row["round"], "ready after (s)": row["ready_s"],
+              "first request (ms)": row["first_s"] * 1000, "steady median (ms)": row["steady_median_s"] * 1000,
+              "first / steady": f"{row['first_over_steady']:.2f}x"} for row in rows]
+    write_markdown_table(RESULTS / "warm_start.md", "First request after ready", [
+        f"`python benchmarks/warm_start.py`; commit {document['commit']}; {document['machine']}; repository "
+        f"{document['repository']}; single-photo requests through the gRPC client, one at a time, the first right "
+        f"after tritonserver reports ready, then {args.steady} steady ones."], columns, table)
+    print((RESULTS / "warm_start.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Under overload the service refuses at once (503 + Retry-After, OverloadedError, exit 4) instead of
+queueing until the deadline; what it answers is still right, and it serves normally once the load drops."""
+
+import asyncio
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from fastapi import Request
+
+from food11_api.app import get_client
+from food11_client import Food11Client, OverloadedError, cli
+
+pytestmark = pytest.mark.integration
+
+
+class HeldClient:
+    """The API's real client, whose calls wait for the test to let them through: a request held in flight
+    for as long as the test needs, which real load cannot promise."""
+
+    def __init__(self, client, entered: threading.Event, release: threading.Event):
+        self.client, self.entered, self.release = client, entered, release
+
+    async def caption(self, images):
+        self.entered.set()
+        await asyncio.get_running_loop().run_in_executor(None, self.release.wait, 60)
+        return await self.client.caption(images)
+
+    async def cancels_calls(self):
+        return await self.client.cancels_calls()
+
+
+def refused_count(api_url: str, by: str) -> float:
+    for line in httpx.get(f"{api_url}/metrics").text.splitlines():
+        if line.startswith(f'food11_refused_total{{by="{by}"}}'):
+            return float(line.split()[-1])
+    raise AssertionError(f"no food11_refused_total{{by={by!r}}} in /metrics")
+
+
+def test_the_api_refuses_past_its_in_flight_cap_at_once_and_serves_again_after(api_factory, photos, client):
+    entered, release = threading.Event(), threading.Event()
+
+    def held_client(request: Request) -> HeldClient:
+        return HeldClient(request.app.state.client, entered, release)
+
+    api = api_factory(max_in_flight=1, retry_after_s=3, dependency_overrides={get_client: held_client})
+    upload = {"photo": ("apple.jpg", photos["apple.jpg"])}
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(httpx.post, f"{api.url}/caption", files=upload, timeout=120)
+        assert entered.wait(60)
+        refused = httpx.post(f"{api.url}/caption", files=upload, timeout=120)
+        also_refused = httpx.post(f"{api.url}/predict", json={"image": "aGk="}, timeout=120)
+        assert httpx.get(f"{api.url}/healthz").status_code == 200  # not capped: costs no model time
+        release.set()
+        answered = held.result()
+    assert refused.status_code == also_refused.status_code == 503
+    assert refused.headers["retry-after"] == "3"
+    assert refused.json()["detail"] == ("over capacity: this API already serves 1 requests "
+                                        "(FOOD11_API_MAX_IN_FLIGHT); retry after 3 s")
+    assert refused_count(api.url, "api") == 2
+    (direct,) = client.caption([photos["apple.jpg"]])
+    assert answered.status_code == 200 and answered.json()["caption"] == direct.caption
+    after = httpx.post(f"{api.url}/caption", files=upload, timeout=120)
+    assert after.status_code == 200 and after.json()["caption"] == direct.caption
+
+
+@pytest.fixture
+def reloaded_captioner(triton_grpc):
+    """Reload the captioner with another queue policy; restore the original config afterwards."""
+    original = triton_grpc.get_model_config("captioner", as_json=True)["config"]
+
+    def reload(**policy):
+        config = json.loads(json.dumps(original))
+        config["dynamic_batching"]["default_queue_policy"].update({key: str(value) for key, value in policy.items()})
+        triton_grpc.load_model("captioner", config=json.dumps(config))
+
+    yield reload
+    triton_grpc.load_model("captioner", config=json.dumps(original))
+
+
+def test_a_step_that_refuses_under_load_makes_the_whole_request_refused(client, api, photos, reloaded_captioner,
+                                                                           triton, tmp_path, capsys):
+    """A queue timeout of 1 µs: the captioner's queue refuses every call (Triton: "Request timeout
+    expired"), as it does under overload. The request is refused, not answered without its caption."""
+    reloaded_captioner(default_timeout_microseconds=1)
+    with pytest.raises(OverloadedError, match="the captioner is over capacity.*Request timeout expired"):
+        client.caption([photos["apple.jpg"]])
+
+    before = refused_count(api.url, "triton")
+    response = httpx.post(f"{api.url}/caption", files={"photo": ("apple.jpg", photos["apple.jpg"])}, timeout=120)
+    assert response.status_code == 503 and response.headers["retry-after"] == "2"
+    assert response.json()["detail"].startswith("over capacity: ")
+    assert refused_count(api.url, "triton") == before + 1
+
+    photo = tmp_path / "apple.jpg"
+    photo.write_bytes(photos["apple.jpg"])
+    assert cli.main(["--url", triton.grpc_url, str(photo)]) == cli.EXIT_OVERLOADED
+    assert "over capacity and refused the photos at once" in capsys.readouterr().err
+
+
+def test_a_storm_over_a_short_queue_ends_every_request_right_or_refused(triton, photos, reloaded_captioner):
+    """Far more concurrent callers than a one-request queue holds: each call ends, with its own photo's
+    answer or an OverloadedError, nothing else; once the storm is over, everything is answered."""
+    names = ["apple.jpg", "orange.jpg", "coffee.png", "chelsea.jpg"]
+    with Food11Client(triton.grpc_url, timeout_s=120) as client:
+        alone = {name: client.caption([photos[name]])[0] for name in names}
+        reloaded_captioner(max_queue_size=1)
+
+        def call(index):
+            name = names[index % len(names)]
+            try:
+                return name, client.caption([photos[name]])[0]
+            except OverloadedError as exc:
+                return name, exc
+
+        with ThreadPoolExecutor(24) as pool:
+            outcomes = list(pool.map(call, range(96)))
+        answered = [(name, result) for name, result in outcomes if not isinstance(result, Exception)]
+        refused = [result for _, result in outcomes if isinstance(result, OverloadedError)]
+        assert len(answered) + len(refused) == 96
+        for name, result in answered:
+            assert (result.label, result.caption, result.caption_status) == \
+                (alone[name].label, alone[name].caption, alone[name].caption_status), name
+            assert result.probability == pytest.approx(alone[name].probability, abs=1e-5)
+        assert all("Exceeds maximum queue size" in str(exc) for exc in refused)
+        after = client.caption([photos[name] for name in names])
+        assert [result.caption for result in after] == [alone[name].caption for name in names]
