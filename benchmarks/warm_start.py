@@ -4,7 +4,7 @@ with the steps' warm-up at load (``warm_up``, the default) and without it, in on
 Each round starts a fresh tritonserver on the repository (default: model_repository/, the base stand-in of
 `make models`; without warm-up: a hard-linked copy under build/warm_start/ whose weighted steps say
 ``warm_up: false``), waits until it is ready, then times one single-photo request through the gRPC client,
-then ``--steady`` more, one after another (each photo of tests/photos in turn). The figure that matters is
+then ``--steady`` more, one after another (the six base photos of the benchmarks in turn). The figure that matters is
 the first request's latency over the steady median.
 
 Figures to ``benchmarks/results/warm_start.{json,md}``.
@@ -23,11 +23,11 @@ from pathlib import Path
 
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling.photos import base_photos
 from pipeline_src.profiling.report import commit_description, machine_description, write_markdown_table
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
-PHOTOS = sorted((PROJECT_ROOT / "tests" / "photos").iterdir())
 WARMED_STEPS = ("classifier", "vision_encoder", "captioner")  # the steps with a warm_up setting
 NO_WARM_UP = '\nparameters {\n  key: "warm_up"\n  value: { string_value: "false" }\n}\n'
 
@@ -58,7 +58,7 @@ def one_round(repository: Path, steady: int) -> dict:
         with TritonServer(repository, Path(work_dir), free_ports()) as server:
             ready_s = time.perf_counter() - started
             with Food11Client(server.grpc_url, timeout_s=300) as client:
-                photos = [path.read_bytes() for path in PHOTOS]
+                photos = base_photos()
                 first_s = timed_caption(client, photos[0])
                 steady_s = [timed_caption(client, photos[(index + 1) % len(photos)]) for index in range(steady)]
     median = statistics.median(steady_s)
