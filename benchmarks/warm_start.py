@@ -4,7 +4,7 @@ with the steps' warm-up at load (``warm_up``, the default) and without it, in on
 Each round starts a fresh tritonserver on the repository (default: model_repository/, the base stand-in of
 `make models`; without warm-up: a hard-linked copy under build/warm_start/ whose weighted steps say
 ``warm_up: false``), waits until it is ready, then times one single-photo request through the gRPC client,
-then ``--steady`` more, one after another (the six base photos of the benchmarks in turn). The figure that matters is
+then ``--steady`` more of the same photo, one after another (no response cache is configured). The figure that matters is
 the first request's latency over the steady median.
 
 Figures to ``benchmarks/results/warm_start.{json,md}``.
@@ -58,9 +58,9 @@ def one_round(repository: Path, steady: int) -> dict:
         with TritonServer(repository, Path(work_dir), free_ports()) as server:
             ready_s = time.perf_counter() - started
             with Food11Client(server.grpc_url, timeout_s=300) as client:
-                photos = base_photos()
-                first_s = timed_caption(client, photos[0])
-                steady_s = [timed_caption(client, photos[(index + 1) % len(photos)]) for index in range(steady)]
+                photo = base_photos()[0]  # one photo throughout: a caption's length sets its cost
+                first_s = timed_caption(client, photo)
+                steady_s = [timed_caption(client, photo) for _ in range(steady)]
     median = statistics.median(steady_s)
     return {"ready_s": ready_s, "first_s": first_s, "steady_median_s": median, "steady_s": steady_s,
             "first_over_steady": first_s / median}
@@ -69,7 +69,7 @@ def one_round(repository: Path, steady: int) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds per variant, alternating (default: 2)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per variant, alternating (default: 3)")
     parser.add_argument("--steady", type=int, default=8)
     args = parser.parse_args(argv)
 
@@ -92,8 +92,8 @@ def main(argv=None) -> None:
               "first / steady": f"{row['first_over_steady']:.2f}x"} for row in rows]
     write_markdown_table(RESULTS / "warm_start.md", "First request after ready", [
         f"`python benchmarks/warm_start.py`; commit {document['commit']}; {document['machine']}; repository "
-        f"{document['repository']}; single-photo requests through the gRPC client, one at a time, the first right "
-        f"after tritonserver reports ready, then {args.steady} steady ones."], columns, table)
+        f"{document['repository']}; one photo (OpenCV's apple) through the gRPC client, one request at a time, the "
+        f"first right after tritonserver reports ready, then {args.steady} steady ones."], columns, table)
     print((RESULTS / "warm_start.md").read_text())
 
 
