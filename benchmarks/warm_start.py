@@ -59,6 +59,7 @@ def one_round(repository: Path, steady: int) -> dict:
             ready_s = time.perf_counter() - started
             with Food11Client(server.grpc_url, timeout_s=300) as client:
                 photo = base_photos()[0]  # one photo throughout: a caption's length sets its cost
+                client.server_version()  # the client's own first-call costs (channel, metadata) are not the server's
                 first_s = timed_caption(client, photo)
                 steady_s = [timed_caption(client, photo) for _ in range(steady)]
     median = statistics.median(steady_s)
