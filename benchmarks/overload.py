@@ -2,7 +2,7 @@
 """``make overload``: offered load from 1x to 10x the measured capacity, through the API.
 
 Starts tritonserver (default: model_repository/, the base stand-in that `make serve` serves) and the API
-with its default settings on free loopback ports; takes each photo's answer alone (the truth); measures
+with its settings (FOOD11_API_* from the environment: its defaults) on free loopback ports; takes each photo's answer alone (the truth); measures
 capacity as the throughput of a closed loop at the captioner's batch of 8; then, for each level, sends
 single-photo uploads at ``level x capacity`` per second (evenly spaced arrivals, open loop: callers do not
 wait for each other) for ``--seconds``. For each level: goodput (right answers per second), refusals
@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from food11_api.settings import ApiSettings
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling.load import latency_summary
 from pipeline_src.profiling.photos import varied_photos
@@ -121,7 +122,7 @@ def write_results(result: dict) -> None:
             for row in result["levels"]]
     write_markdown_table(RESULTS / "overload.md", "Overload through the API", [
         f"`{result['command']}`; commit {result['commit']}; {result['machine']}; {result['date']}; repository "
-        f"{result['repository']}; the API's default settings.",
+        f"{result['repository']}; the API's settings but FOOD11_API_MAX_IN_FLIGHT={result['api_max_in_flight']}.",
         f"Capacity (closed loop at concurrency {CAPACITY_CONCURRENCY}): {result['capacity_per_s']:.2f} photos/s, "
         f"p50 {result['capacity_p50_ms']:.0f} ms, p99 {result['capacity_p99_ms']:.0f} ms. Each level: evenly spaced "
         f"single-photo uploads at that multiple of capacity for {result['seconds']:.0f} s, each waited for on its own.",
@@ -145,6 +146,7 @@ def main(argv=None) -> None:
             api.stop()
     result.update(machine=machine_description(), commit=commit_description(), date=time.strftime("%Y-%m-%d"),
                   repository=args.model_repository.name, seconds=args.seconds,
+                  api_max_in_flight=ApiSettings().max_in_flight,  # FOOD11_API_MAX_IN_FLIGHT, as the API reads it
                   command="python benchmarks/overload.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     write_results(result)
     print((RESULTS / "overload.md").read_text())

@@ -48,7 +48,7 @@ ERROR_RESPONSES = {
     500: _error_doc("unexpected failure; the request id is in the log", f"internal error (request id {REQUEST_ID_EXAMPLE})"),
     503: _error_doc("over capacity (this API's in-flight cap, or a Triton step's queue; the Retry-After header says "
                     "when to retry), or Triton is unreachable or the ensemble is not loaded",
-                    "over capacity: this API already serves 16 requests (FOOD11_API_MAX_IN_FLIGHT); retry after 2 s"),
+                    "over capacity: this API already serves 8 requests (FOOD11_API_MAX_IN_FLIGHT); retry after 2 s"),
     504: _error_doc("the pipeline did not answer within the deadline", "Deadline Exceeded"),
 }
 CAPTIONING_PATHS = frozenset({"/caption", "/predict"})  # the requests that cost model time: capped in flight

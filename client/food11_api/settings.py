@@ -21,9 +21,9 @@ class ApiSettings(BaseSettings):
     deadline_s: float = Field(60.0, gt=0, description="per-request deadline of the Triton call, seconds")
     max_upload_bytes: int = Field(10 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     # Past this many captioning requests at once, 503 with Retry-After at once: waiting longer would only
-    # bring the caller a 504. 16 is two of the captioner's CPU batches of 8 (its best throughput here,
-    # about 2 photos/s: the 16th waits about 8 s); a GPU serves far more, raise it there.
-    max_in_flight: int = Field(16, gt=0, description="captioning requests this API process serves at once; "
+    # bring the caller a 504. 8 is the captioner's best CPU batch here; 16 gave 20 % more goodput for twice
+    # the latency and +37 % server memory (bigger batches), benchmarks/results/overload.md. Raise it on a GPU.
+    max_in_flight: int = Field(8, gt=0, description="captioning requests this API process serves at once; "
                                                      "past it, 503 with Retry-After")
     retry_after_s: int = Field(RETRY_AFTER_S, ge=0, description="the Retry-After of a 503 under overload, seconds")
     host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 to serve other machines")
