@@ -87,7 +87,8 @@ async def offered_load(api_url: str, photos: list[bytes], truth, rate: float, se
     }
 
 
-async def measure(api_url: str, grpc_url: str, pids: list[int], levels: list[float], seconds: float) -> dict:
+async def measure(api_url: str, grpc_url: str, pids: tuple[int, int], levels: list[float], seconds: float) -> dict:
+    """``pids``: tritonserver's (its stubs counted with it) and the API's."""
     photos = varied_photos(16)
     truth = await ground_truth(grpc_url, photos)
     await drive_api(api_url, photos, 2 * CAPACITY_CONCURRENCY, CAPACITY_CONCURRENCY, id_prefix="warm")
@@ -95,11 +96,11 @@ async def measure(api_url: str, grpc_url: str, pids: list[int], levels: list[flo
     closed = await drive_api(api_url, photos, 4 * CAPACITY_CONCURRENCY, CAPACITY_CONCURRENCY, id_prefix="capacity")
     capacity = len(closed) / (time.perf_counter() - started)
     at_capacity = latency_summary([outcome.latency_s for outcome in closed], 1.0)
-    memory = lambda: sum(server_memory_mib(pid)["pss_mib"] for pid in pids)  # noqa: E731
     rows = []
     for level in levels:
-        row = {"level": level, **await offered_load(api_url, photos, truth, level * capacity, seconds),
-               "pss_mib": memory()}
+        row = {"level": level, **await offered_load(api_url, photos, truth, level * capacity, seconds)}
+        triton_mib, api_mib = (server_memory_mib(pid)["pss_mib"] for pid in pids)
+        row.update(pss_mib=triton_mib + api_mib, triton_pss_mib=triton_mib, api_pss_mib=api_mib)
         rows.append(row)
         print(json.dumps(row), flush=True)
     started = time.perf_counter()
@@ -113,12 +114,13 @@ def write_results(result: dict) -> None:
     (RESULTS / "overload.json").write_text(json.dumps(result, indent=2) + "\n")
     columns = ["offered (x capacity)", "sent", "answered", "goodput / capacity", "refused (503)",
                "refusal p99 (ms)", "answered p50 (ms)", "answered p99 (ms)", "hung", "not their photo's",
-               "server PSS (MiB)"]
+               "server PSS (MiB): Triton + API"]
     rows = [{"offered (x capacity)": f"{row['level']:g}x", "sent": row["sent"], "answered": row["answered"],
              "goodput / capacity": row["goodput_per_s"] / result["capacity_per_s"], "refused (503)": row["refused"],
              "refusal p99 (ms)": row["refusal_p99_ms"] if row["refusal_p99_ms"] is not None else "-",
              "answered p50 (ms)": row.get("answered_p50_ms", "-"), "answered p99 (ms)": row.get("answered_p99_ms", "-"),
-             "hung": row["hung"], "not their photo's": row["mismatched"], "server PSS (MiB)": row["pss_mib"]}
+             "hung": row["hung"], "not their photo's": row["mismatched"], "server PSS (MiB): Triton + API":
+             f"{row['pss_mib']:.0f}: {row['triton_pss_mib']:.0f} + {row['api_pss_mib']:.0f}"}
             for row in result["levels"]]
     write_markdown_table(RESULTS / "overload.md", "Overload through the API", [
         f"`{result['command']}`; commit {result['commit']}; {result['machine']}; {result['date']}; repository "
@@ -140,7 +142,7 @@ def main(argv=None) -> None:
         api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
         try:
             api.wait_until_alive()
-            result = asyncio.run(measure(api.url, triton.grpc_url, [triton.process.pid, api.process.pid],
+            result = asyncio.run(measure(api.url, triton.grpc_url, (triton.process.pid, api.process.pid),
                                          args.levels, args.seconds))
         finally:
             api.stop()
