@@ -109,9 +109,9 @@ async def measure(api_url: str, grpc_url: str, pids: tuple[int, int], levels: li
             "levels": rows, "after_status": after[0].status, "after_ms": (time.perf_counter() - started) * 1000}
 
 
-def write_results(result: dict) -> None:
+def write_results(result: dict, name: str) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "overload.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     columns = ["offered (x capacity)", "sent", "answered", "goodput / capacity", "refused (503)",
                "refusal p99 (ms)", "answered p50 (ms)", "answered p99 (ms)", "hung", "not their photo's",
                "server PSS (MiB): Triton + API"]
@@ -122,7 +122,7 @@ def write_results(result: dict) -> None:
              "hung": row["hung"], "not their photo's": row["mismatched"], "server PSS (MiB): Triton + API":
              f"{row['pss_mib']:.0f}: {row['triton_pss_mib']:.0f} + {row['api_pss_mib']:.0f}"}
             for row in result["levels"]]
-    write_markdown_table(RESULTS / "overload.md", "Overload through the API", [
+    write_markdown_table(RESULTS / f"{name}.md", "Overload through the API", [
         f"`{result['command']}`; commit {result['commit']}; {result['machine']}; {result['date']}; repository "
         f"{result['repository']}; the API's settings but FOOD11_API_MAX_IN_FLIGHT={result['api_max_in_flight']}.",
         f"Capacity (closed loop at concurrency {CAPACITY_CONCURRENCY}): {result['capacity_per_s']:.2f} photos/s, "
@@ -136,6 +136,7 @@ def main(argv=None) -> None:
     parser.add_argument("--model-repository", type=Path, default=PROJECT_ROOT / "model_repository")
     parser.add_argument("--levels", type=float, nargs="+", default=[1, 2, 5, 10])
     parser.add_argument("--seconds", type=float, default=30.0, help="per level (default: %(default)s)")
+    parser.add_argument("--name", default="overload", help="result file names under benchmarks/results/")
     args = parser.parse_args(argv)
     repository = args.model_repository.resolve()
     with TritonServer(repository, SCRATCH / "triton", free_ports(), log_file=SCRATCH / "tritonserver.log") as triton:
@@ -150,8 +151,8 @@ def main(argv=None) -> None:
                   repository=args.model_repository.name, seconds=args.seconds,
                   api_max_in_flight=ApiSettings().max_in_flight,  # FOOD11_API_MAX_IN_FLIGHT, as the API reads it
                   command="python benchmarks/overload.py " + " ".join(argv if argv is not None else sys.argv[1:]))
-    write_results(result)
-    print((RESULTS / "overload.md").read_text())
+    write_results(result, args.name)
+    print((RESULTS / f"{args.name}.md").read_text())
 
 
 if __name__ == "__main__":
