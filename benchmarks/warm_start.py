@@ -1,9 +1,9 @@
 """Is a ready server a warm one? The first request after tritonserver reports ready, against steady ones,
-with the steps' warm-up at load (``warm_up``, the default) and without it, in one run.
+with the steps' warm-up at load (the default: ``model_warmup`` in the configs, the captioner's ``warm_up``)
+and without it, in one run.
 
 Each round starts a fresh tritonserver on the repository (default: model_repository/, the base stand-in of
-`make models`; without warm-up: a hard-linked copy under build/warm_start/ whose weighted steps say
-``warm_up: false``), waits until it is ready, then times one single-photo request through the gRPC client,
+`make models`; without warm-up: a hard-linked copy under build/warm_start/ with every warm-up off), waits until it is ready, then times one single-photo request through the gRPC client,
 then ``--steady`` more of the same photo, one after another (no response cache is configured). The figure that matters is
 the first request's latency over the steady median.
 
@@ -28,21 +28,26 @@ from pipeline_src.profiling.report import commit_description, machine_descriptio
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
-WARMED_STEPS = ("classifier", "vision_encoder", "captioner")  # the steps with a warm_up setting
-NO_WARM_UP = '\nparameters {\n  key: "warm_up"\n  value: { string_value: "false" }\n}\n'
+# Triton warms these up from their config's model_warmup, the captioner in the step (its warm_up setting).
+CONFIG_WARMED_STEPS = ("preprocess", "classifier", "vision_encoder")
+NO_CAPTIONER_WARM_UP = '\nparameters {\n  key: "warm_up"\n  value: { string_value: "false" }\n}\n'
+
+
+def rewrite_config(config: Path, change) -> None:
+    text = config.read_text()
+    config.unlink()  # a hard link: writing through it would change the original
+    config.write_text(change(text))
 
 
 def without_warm_up(repository: Path, destination: Path) -> Path:
-    """The repository with its weighted steps' warm-up off: hard links (no copy of the weights) but for
-    the configs, which are rewritten."""
+    """The repository with every warm-up off: hard links (no copy of the weights) but for the configs,
+    which are rewritten: model_warmup (each config's last entry) cut, the captioner's warm_up false."""
     shutil.rmtree(destination, ignore_errors=True)
     shutil.copytree(repository, destination, copy_function=os.link,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    for step in WARMED_STEPS:
-        config = destination / step / "config.pbtxt"
-        text = config.read_text()
-        config.unlink()  # a hard link: writing through it would change the original
-        config.write_text(text + NO_WARM_UP)
+    for step in CONFIG_WARMED_STEPS:
+        rewrite_config(destination / step / "config.pbtxt", lambda text: text[:text.index("model_warmup [")])
+    rewrite_config(destination / "captioner" / "config.pbtxt", lambda text: text + NO_CAPTIONER_WARM_UP)
     return destination
 
 

@@ -120,3 +120,16 @@ def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
     assert policy.max_queue_size > 0
     assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
     assert 0 < policy.default_timeout_microseconds < caption_timeout_us
+
+
+@pytest.mark.parametrize("name", ["preprocess", "classifier", "vision_encoder"])
+def test_warm_up_requests_fit_their_step(name):
+    """Triton refuses to load a model whose warm-up names an unknown input, a wrong shape or a missing file."""
+    config = CONFIGS[name]
+    inputs = tensors(config.input)
+    (warmup,) = config.model_warmup
+    for input_name, data in warmup.inputs.items():
+        assert (data.data_type, list(data.dims)) == inputs[input_name]
+        if data.input_data_file:
+            raw = (REPOSITORY / name / "warmup" / data.input_data_file).read_bytes()
+            assert int.from_bytes(raw[:4], "little") == len(raw) - 4  # one BYTES element: length, then bytes

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
@@ -52,11 +51,3 @@ class OnnxModel:
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         return self.session.run([self.output.name], {self.input.name: batch})[0]
-
-    def warm_up(self) -> float:
-        """One run on a batch of one zero input: ONNX Runtime allocates its arena and picks its kernels on
-        the first run, which would otherwise be the first request's. Returns the seconds it took."""
-        shape = [1, *(dim if isinstance(dim, int) else 1 for dim in self.input.shape[1:])]
-        started = time.perf_counter()
-        self(np.zeros(shape, dtype=np.float32))
-        return time.perf_counter() - started

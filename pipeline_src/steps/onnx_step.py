@@ -31,8 +31,6 @@ class OnnxStep:
         self.input_name = self.step.config["input"][0]["name"]
         self.output_name = self.step.config["output"][0]["name"]
         self.step.logger.log_info(f"{self.step.name}: ONNX Runtime providers {self.model.providers}")
-        if settings.warm_up:
-            self.step.logger.log_info(f"{self.step.name}: warmed up in {self.model.warm_up():.2f} s")
 
     def execute(self, requests):
         batch, sizes = stack_requests([input_array(request, self.input_name) for request in requests])

@@ -130,7 +130,6 @@ class OnnxStepSettings(StepSettings):
 
     onnx_file: str = "model.onnx"  # relative to the model version directory
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
-    warm_up: bool = True  # one run on zeros at load, so that ready means warm (README, "Overload")
 
     ONNX_FILE_FIELDS = ("onnx_file",)
 
@@ -204,7 +203,9 @@ class CaptionerSettings(PrecisionSettings):
     max_new_tokens: int = 20
     repetition_penalty: float = 1.0  # 1.0: none (Hugging Face's definition otherwise)
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
-    warm_up: bool = True  # one caption of zeros at load, so that ready means warm
+    # One caption of zeros at load, so that ready means warm. In the step, not as the config's model_warmup
+    # (which the other steps use): this step's input width is the built model's, unknown to its config.
+    warm_up: bool = True
 
     DIRECTORY_FIELDS = {"model_dir": ("tokenizer_config.json",),
                         "graphs_dir": ("cross_kv.onnx", "decoder_step.onnx", "decoder.json")}
