@@ -32,7 +32,7 @@ from pipeline_src.profiling.photos import varied_photos
 from pipeline_src.profiling.report import commit_description, machine_description, write_markdown_table
 from pipeline_src.profiling.soak import PROBABILITY_TOLERANCE, drive_api, ground_truth
 from pipeline_src.profiling.triton_stats import server_memory_mib
-from pipeline_src.serving.launcher import SHARED_BOX_NICE, TritonServer, free_port, free_ports
+from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.serving.serve import ApiProcess
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
@@ -139,9 +139,7 @@ def main(argv=None) -> None:
     parser.add_argument("--name", default="overload", help="result file names under benchmarks/results/")
     args = parser.parse_args(argv)
     repository = args.model_repository.resolve()
-    # Niced as `make serve` does when the API shares the machine.
-    with TritonServer(repository, SCRATCH / "triton", free_ports(), log_file=SCRATCH / "tritonserver.log",
-                      nice=SHARED_BOX_NICE) as triton:
+    with TritonServer(repository, SCRATCH / "triton", free_ports(), log_file=SCRATCH / "tritonserver.log") as triton:
         api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
         try:
             api.wait_until_alive()

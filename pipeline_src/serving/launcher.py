@@ -109,35 +109,26 @@ _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
 
 
-# Triton's niceness when the API shares its machine (make serve): the models' threads keep every core busy
-# under load, and the API's event loop, whose work is tiny but answers every caller (a refusal under
-# overload among them), would wait for a core. Measured: README, "Overload".
-SHARED_BOX_NICE = 5
-
-
-def _die_with_parent(parent_pid: int, nice: int = 0):
+def _die_with_parent(parent_pid: int):
     """preexec_fn: the kernel sends the child SIGTERM when its parent dies, however the parent ends
-    (SIGKILL included), so no server outlives the process that started it. ``nice``: added to the child's
-    niceness (its children, the backend stubs, inherit it)."""
+    (SIGKILL included), so no server outlives the process that started it."""
     def arm() -> None:
         if _prctl is not None:
             _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent_pid:  # the parent died before the signal was armed
             os._exit(1)
-        if nice:
-            os.nice(nice)
     return arm
 
 
-def spawn(command: list[str], env: dict[str, str] | None = None, nice: int = 0, **popen_args) -> subprocess.Popen:
+def spawn(command: list[str], env: dict[str, str] | None = None, **popen_args) -> subprocess.Popen:
     """Start a server process that dies with this one and gets no signal meant for this one.
 
     Its own session: Ctrl-C in a terminal reaches only the caller, which stops its servers in order, once.
     PR_SET_PDEATHSIG belongs to the thread that forks: call this from a thread that lives as long as the
     server (the main thread does).
     """
-    return subprocess.Popen(command, env=env, start_new_session=True,
-                            preexec_fn=_die_with_parent(os.getpid(), nice), **popen_args)
+    return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+                            **popen_args)
 
 
 def stop_process(process: subprocess.Popen, timeout_s: float, whole_group: bool = False) -> int:
@@ -193,9 +184,8 @@ class TritonServer:
 
     def __init__(self, model_repository: Path, work_dir: Path, ports: Ports = Ports(),
                  log_file: Path | None = None, extra_args: tuple[str, ...] = (), binary: Path | None = None,
-                 address: str = LOOPBACK, nice: int = 0):
+                 address: str = LOOPBACK):
         self.model_repository = Path(model_repository).resolve()
-        self.nice = nice  # added to the server's niceness: see SHARED_BOX_NICE
         self.work_dir = Path(work_dir).resolve()
         self.ports = ports
         # tritonserver listens on every interface unless told: loopback unless the caller says otherwise.
@@ -245,8 +235,7 @@ class TritonServer:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             # Own process group: stopping it also stops the backend stubs it spawned.
-            self.process = spawn(self.command(), env=self.environment(), nice=self.nice, stdout=log,
-                                 stderr=subprocess.STDOUT)
+            self.process = spawn(self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT)
         try:
             self.wait_until_ready(ready_timeout_s)
         except BaseException:

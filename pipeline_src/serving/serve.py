@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.validate import validate_repository
-from pipeline_src.serving.launcher import (LOOPBACK, SHARED_BOX_NICE, Ports, PortInUseError, ServerStartError, TritonServer,
+from pipeline_src.serving.launcher import (LOOPBACK, Ports, PortInUseError, ServerStartError, TritonServer,
                                            TritonStartError, check_ports_free, reachable_host, spawn, stop_process,
                                            wait_for_http)
 
@@ -123,8 +123,7 @@ def main(argv=None) -> None:
                                      "Triton metrics, --metrics-port": ports.metrics,
                                      **({} if args.no_api else {"API, --api-port": args.api_port})})
         server = TritonServer(args.model_repository, args.work_dir, ports, log_file=args.log_file,
-                              extra_args=tuple(args.extra), binary=args.tritonserver, address=args.host,
-                              nice=0 if args.no_api else SHARED_BOX_NICE)
+                              extra_args=tuple(args.extra), binary=args.tritonserver, address=args.host)
         print(f"tritonserver starting on {args.model_repository} (log: {server.log_file})", flush=True)
         server.start(args.ready_timeout)
         print(f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics {server.metrics_url}",
