@@ -2,10 +2,10 @@
 """``make overload``: offered load from 1x to 10x the measured capacity, through the API.
 
 Starts tritonserver (default: model_repository/, the base stand-in that `make serve` serves) and the API
-with its settings (FOOD11_API_* from the environment: its defaults) on free loopback ports; takes each photo's answer alone (the truth); measures
-capacity as the throughput of a closed loop at the captioner's batch of 8; then, for each level, sends
-single-photo uploads at ``level x capacity`` per second (evenly spaced arrivals, open loop: callers do not
-wait for each other) for ``--seconds``. For each level: goodput (right answers per second), refusals
+with its settings (FOOD11_API_* from the environment: its defaults) on free loopback ports; takes each
+photo's answer alone (the truth); measures capacity as the throughput of a closed loop at the captioner's
+batch of 8; then, for each level, sends single-photo uploads at ``level x capacity`` per second (evenly
+spaced arrivals, open loop: callers do not wait for each other) for ``--seconds``. For each level: goodput (right answers per second), refusals
 (503 with Retry-After) and how fast they came, p50/p99 of answered requests, hung requests (no answer
 within the API's deadline plus 30 s), answers that are not their photo's, and server memory (PSS of
 tritonserver, its stubs and the API) at the level's end. Then, the load gone, one more request.
@@ -105,7 +105,8 @@ async def measure(api_url: str, grpc_url: str, pids: tuple[int, int], levels: li
         print(json.dumps(row), flush=True)
     started = time.perf_counter()
     after = await drive_api(api_url, photos, 1, 1, id_prefix="after")
-    return {"capacity_per_s": capacity, "capacity_p50_ms": at_capacity["p50_ms"], "capacity_p99_ms": at_capacity["p99_ms"],
+    return {"capacity_per_s": capacity, "capacity_p50_ms": at_capacity["p50_ms"],
+            "capacity_p99_ms": at_capacity["p99_ms"],
             "levels": rows, "after_status": after[0].status, "after_ms": (time.perf_counter() - started) * 1000}
 
 

@@ -3,9 +3,10 @@ with the steps' warm-up at load (the default: ``model_warmup`` in the configs, t
 and without it, in one run.
 
 Each round starts a fresh tritonserver on the repository (default: model_repository/, the base stand-in of
-`make models`; without warm-up: a hard-linked copy under build/warm_start/ with every warm-up off), waits until it is ready, then times one single-photo request through the gRPC client,
-then ``--steady`` more of the same photo, one after another (no response cache is configured). The figure that matters is
-the first request's latency over the steady median.
+`make models`; without warm-up: a hard-linked copy under build/warm_start/ with every warm-up off), waits
+until it is ready, then times one single-photo request through the gRPC client, then ``--steady`` more of
+the same photo, one after another (no response cache is configured). The figure that matters is the first
+request's latency over the steady median.
 
 Figures to ``benchmarks/results/warm_start.{json,md}``.
 """

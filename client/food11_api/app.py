@@ -20,7 +20,7 @@ from starlette.formparsers import MultiPartParser
 from food11_api.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected, unless_disconnected
 from food11_api.metrics import ModelAnswers, Refusals, instrument
 from food11_api.middleware import (AdmissionMiddleware, BodySizeLimitMiddleware, RequestIdMiddleware,
-                                   ServerTimingMiddleware, error_response)
+                                   ServerTimingMiddleware, error_response, over_capacity_response)
 from food11_api.schemas import (CaptionResponse, ErrorResponse, Health, ModelState, PredictRequest, PredictResponse,
                                 ServedModelInfo)
 from food11_api.settings import ApiSettings
@@ -76,8 +76,7 @@ async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
         retry_after = request.app.state.settings.retry_after_s
         log.info("request %s: %s %s -> 503 (Triton over capacity): %s", request.state.request_id, request.method,
                  request.url.path, exc)
-        return error_response(503, f"over capacity: {exc}; retry after {retry_after} s", request.state.request_id,
-                              **{"Retry-After": str(retry_after)})
+        return over_capacity_response(str(exc), request.state.request_id, retry_after)
     log_call = log.warning if status < 500 else log.error
     log_call("request %s: %s %s -> %d: %s", request.state.request_id, request.method, request.url.path, status, exc)
     return error_body(request, status, str(exc))

@@ -40,7 +40,6 @@ class ModelAnswers:
             self.counter.labels(served.model, served.version, served.kind, served.sha256).inc()
 
 
-
 class Refusals:
     """food11_refused_total{by}: requests refused under overload, by this API (``api``: its in-flight cap)
     or by Triton (``triton``: a step's queue policy). Both answer 503 with Retry-After."""

@@ -22,6 +22,12 @@ def error_response(status: int, detail: str, request_id: str, **headers: str) ->
     return JSONResponse({"detail": detail, "request_id": request_id}, status_code=status, headers=headers)
 
 
+def over_capacity_response(reason: str, request_id: str, retry_after_s: int) -> JSONResponse:
+    """The API's answer under overload, whoever refused: 503, the reason, and when to retry."""
+    return error_response(503, f"over capacity: {reason}; retry after {retry_after_s} s", request_id,
+                          **{"Retry-After": str(retry_after_s)})
+
+
 def _request_id(scope) -> str:
     return scope.setdefault("state", {}).get("request_id", "")
 
@@ -130,9 +136,9 @@ class AdmissionMiddleware:
             return await self.app(scope, receive, send)
         if self.in_flight >= self.max_in_flight:
             self.refused()
-            detail = (f"over capacity: this API already serves {self.max_in_flight} requests "
-                      f"(FOOD11_API_MAX_IN_FLIGHT); retry after {self.retry_after_s} s")
-            response = error_response(503, detail, _request_id(scope), **{"Retry-After": str(self.retry_after_s)})
+            response = over_capacity_response(
+                f"this API already serves {self.max_in_flight} requests (FOOD11_API_MAX_IN_FLIGHT)",
+                _request_id(scope), self.retry_after_s)
             return await response(scope, receive, send)
         self.in_flight += 1
         try:

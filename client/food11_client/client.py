@@ -17,6 +17,7 @@ from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
 from tritonclient.utils import InferenceServerException
 
 from food11_client.cancellation import DRAIN_ON_CLOSE_S, cancels_safely, gave_up
+from pipeline_src.steps.bls import refused_under_load
 
 DEFAULT_URL = "127.0.0.1:8001"
 DEFAULT_MODEL = "food11_pipeline"
@@ -102,9 +103,6 @@ class OverloadedError(ServerUnavailableError):
     queue timeout): the server is over capacity. Retry later (``RETRY_AFTER_S``), or elsewhere."""
 
 
-# How Triton says that a step refused a request under load (its queue policy), and how label_and_caption
-# says that its captioner did. All come as UNAVAILABLE, which also means "server down": the text tells.
-OVERLOAD_MESSAGES = ("Exceeds maximum queue size", "Request timeout expired", "over capacity")
 RETRY_AFTER_S = 2  # a queue of a few batches drains in about that long on a CPU; sooner on a GPU
 
 
@@ -118,7 +116,9 @@ _ERRORS_BY_STATUS = {
 
 def _translate(exc: InferenceServerException) -> PipelineError:
     status, message = exc.status(), exc.message() or str(exc)
-    if status == "StatusCode.UNAVAILABLE" and any(sign in message for sign in OVERLOAD_MESSAGES):
+    # UNAVAILABLE also means "server down": Triton's queue refusal (forwarded by label_and_caption when the
+    # captioner refused) is in the text.
+    if status == "StatusCode.UNAVAILABLE" and refused_under_load(message):
         return OverloadedError(message, status)
     return _ERRORS_BY_STATUS.get(status, PipelineError)(message, status)
 

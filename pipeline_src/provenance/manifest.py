@@ -36,19 +36,22 @@ class Manifest:
         listing = "".join(f"{name}\0{digest}\n" for name, digest in sorted(self.files.items()))
         return hashlib.sha256(listing.encode()).hexdigest()
 
+    def to_dict(self) -> dict:
+        return {**asdict(self), "sha256": self.sha256}
+
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "sha256": self.sha256}, indent=2) + "\n"
+        return json.dumps(self.to_dict(), indent=2) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> "Manifest":
-        data = json.loads(text)
-        data.pop("sha256", None)  # derived; verify() compares it
+    def from_dict(cls, data: dict) -> "Manifest":
+        data = {key: value for key, value in data.items() if key != "sha256"}  # derived; verify() compares it
         data["precisions"] = tuple(data.get("precisions", ("fp32",)))
         return cls(**data)
 
 
 def write_manifest(version_dir: Path, model: str, kind: str, source: str, files: Iterable[Path], *,
-                   warning: str = "", precisions: tuple[str, ...] = ("fp32",), fidelity: dict | None = None) -> Manifest:
+                   warning: str = "", precisions: tuple[str, ...] = ("fp32",),
+                   fidelity: dict | None = None) -> Manifest:
     """Hash ``files`` (inside ``version_dir``) and write the manifest beside them."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
@@ -61,21 +64,22 @@ def write_manifest(version_dir: Path, model: str, kind: str, source: str, files:
 
 def read_manifest(version_dir: Path) -> Manifest | None:
     path = Path(version_dir) / MANIFEST_FILE
-    return Manifest.from_json(path.read_text()) if path.is_file() else None
+    return Manifest.from_dict(json.loads(path.read_text())) if path.is_file() else None
 
 
 def verify(version_dir: Path) -> list[str]:
     """What does not match between the manifest and the files beside it (empty: all match)."""
     version_dir = Path(version_dir)
+    path = version_dir / MANIFEST_FILE
+    if not path.is_file():
+        return []
     try:
-        manifest = read_manifest(version_dir)
+        document = json.loads(path.read_text())
+        manifest = Manifest.from_dict(document)
     except (ValueError, TypeError) as exc:
         return [f"{MANIFEST_FILE} does not parse: {exc}"]
-    if manifest is None:
-        return []
     problems = []
-    recorded = json.loads((version_dir / MANIFEST_FILE).read_text()).get("sha256")
-    if recorded != manifest.sha256:
+    if document.get("sha256") != manifest.sha256:
         problems.append(f"{MANIFEST_FILE}: its sha256 is not the hash of its file list (edited by hand?)")
     for name, digest in manifest.files.items():
         path = version_dir / name

@@ -48,5 +48,5 @@ def identity_json(repository: Path) -> str:
 
 def manifests_json(repository: Path) -> str:
     """Every served manifest, whole (files and fidelity included), with the version served."""
-    return json.dumps([{"version": version, **json.loads(manifest.to_json())}
+    return json.dumps([{"version": version, **manifest.to_dict()}
                        for _, version, manifest in served_manifests(repository)])

@@ -4,8 +4,9 @@ No server needed, and fast (no torch): every config.pbtxt parses as Triton's Mod
 after its folder; every model has the version folder and the files its backend and its settings need;
 every Python step's parameters pass its typed settings class; every ensemble's graph is wired
 consistently (ensembles in ensembles too); every BLS call matches its callee; every ONNX file matches
-its model's config; every manifest.json matches the files it describes. Lists every problem at once, one line each, naming model, step and tensor; exit
-status 1 when there is an error, 0 otherwise (warnings alone: 0).
+its model's config; every manifest.json matches the files it describes. Lists every problem at once, one
+line each, naming model, step and tensor; exit status 1 when there is an error, 0 otherwise (warnings
+alone: 0).
 """
 
 from __future__ import annotations
