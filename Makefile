@@ -26,8 +26,9 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
-# written last by the captioner's build (snapshot, ONNX graphs, int8 twins, fidelity check)
-BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json
+# written last by the captioner's build (snapshot, ONNX graphs, int8 twins, fidelity check); the tokenizer file
+# is missing from a build that predates the graphs' per-layer caches, which the build then redoes
+BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json model_repository/captioner/1/text_decoder/tokenizer.json
 # what the build knows of each model (its identity in every answer); a repository built before manifests
 # existed gets them from the next `make models`, which rebuilds nothing that is there
 MANIFESTS := $(foreach model,classifier vision_encoder captioner,model_repository/$(model)/1/manifest.json)

@@ -23,7 +23,8 @@ import onnxruntime as ort
 from pipeline_src.model_build import blip_fidelity, blip_onnx
 from pipeline_src.model_build.blip_snapshot import save_standin
 from pipeline_src.steps import onnx_runtime
-from pipeline_src.steps.captioning import DECODER_SHAPE_FILE, GreedyCaptioner, TextDecoder
+from pipeline_src.steps.captioning import (CROSS_KV_FILE, DECODER_SHAPE_FILE, DECODER_STEP_FILE, GreedyCaptioner,
+                                           TextDecoder)
 from pipeline_src.profiling.report import commit_description, machine_description, markdown_table
 from pipeline_src.steps.onnx_runtime import OnnxModel
 
@@ -55,7 +56,7 @@ def save():
 
 
 def speed(vision, decoder, tokenizer, pixels, prompts, batch, repeats=3):
-    captioner = GreedyCaptioner(decoder, tokenizer, max_new_tokens=20)
+    captioner = GreedyCaptioner(decoder, tokenizer.backend_tokenizer, max_new_tokens=20)
     x, p = pixels[:batch], prompts[:batch]
     captioner.caption(vision(x), p)
     started = time.perf_counter()
@@ -147,28 +148,13 @@ def main():
         half_dir = WORK / "fp16"
         half_dir.mkdir(exist_ok=True)
         blip16 = BlipForConditionalGeneration.from_pretrained(str(snapshot)).eval().cuda()
-        batch, past, new = 2, 3, 2
-        L, H, D, T, W = shape.layers, shape.heads, shape.head_size, shape.image_tokens, shape.vision_hidden_size
         with torch.inference_mode():
-            blip_onnx._export(HalfInside(blip_onnx.VisionEncoder(blip16)), (torch.zeros(batch, 3, 384, 384).cuda(),),
-                              half_dir / "vision.onnx", [blip_onnx.VISION_INPUT], [blip_onnx.VISION_OUTPUT],
-                              {blip_onnx.VISION_INPUT: {0: "b"}, blip_onnx.VISION_OUTPUT: {0: "b"}})
-            blip_onnx._export(HalfInside(blip_onnx.CrossKeysValues(blip16)), (torch.zeros(batch, T, W).cuda(),),
-                              half_dir / "cross_kv.onnx", [blip_onnx.VISION_OUTPUT], blip_onnx.CROSS_KV_OUTPUTS,
-                              {blip_onnx.VISION_OUTPUT: {0: "b"}, **{n: {1: "b"} for n in blip_onnx.CROSS_KV_OUTPUTS}})
-            ids_t = torch.full((batch, new), shape.bos_token_id, dtype=torch.long).cuda()
-            cache = torch.zeros(L, batch, H, past, D).cuda()
-            cross = torch.zeros(L, batch, H, T, D).cuda()
-            blip_onnx._export(HalfInside(HalfMaskDecoderStep(blip16)),
-                              (ids_t, torch.arange(past, past + new).repeat(batch, 1).cuda(),
-                               torch.ones(batch, past + new, dtype=torch.long).cuda(), cache, cache.clone(), cross,
-                               cross.clone()),
-                              half_dir / "decoder_step.onnx", blip_onnx.DECODER_INPUTS, blip_onnx.DECODER_OUTPUTS,
-                              {"input_ids": {0: "b", 1: "n"}, "position_ids": {0: "b", 1: "n"},
-                               "attention_mask": {0: "b", 1: "t"}, "past_keys": {1: "b", 3: "p"},
-                               "past_values": {1: "b", 3: "p"}, "cross_keys": {1: "b"}, "cross_values": {1: "b"},
-                               "logits": {0: "b"}, "present_keys": {1: "b", 3: "t"},
-                               "present_values": {1: "b", 3: "t"}})
+            blip_onnx.export_vision_encoder(HalfInside(blip_onnx.VisionEncoder(blip16)), half_dir / "vision.onnx",
+                                            device="cuda")
+            blip_onnx.export_cross_kv(HalfInside(blip_onnx.CrossKeysValues(blip16)), shape,
+                                      half_dir / CROSS_KV_FILE, device="cuda")
+            blip_onnx.export_decoder_step(HalfInside(HalfMaskDecoderStep(blip16)), shape,
+                                          half_dir / DECODER_STEP_FILE, device="cuda")
         (half_dir / DECODER_SHAPE_FILE).write_text(json.dumps(shape.as_dict()))
         vision = OnnxModel(half_dir / "vision.onnx", on_gpu=True)
         decoder = TextDecoder(half_dir, on_gpu=True)

@@ -3,12 +3,15 @@ reproduce Hugging Face's fp32 generate, a row's caption does not depend on its b
 caption depends on its photo."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 from transformers import BlipForConditionalGeneration
 
+from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.blip_fidelity import check_pixels
 from pipeline_src.model_build.blip_snapshot import STANDIN_SIZES, standin_config, standin_processor
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
@@ -35,8 +38,8 @@ def vision(model_repository):
 
 
 @pytest.fixture(scope="module")
-def captioner(blip_dir, graphs_dir):
-    return GreedyCaptioner.load(blip_dir, graphs_dir, max_new_tokens=12)
+def captioner(graphs_dir):
+    return GreedyCaptioner.load(graphs_dir, max_new_tokens=12)
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +59,34 @@ def test_standin_is_marked_as_such(blip_dir):
 
 def test_standin_uses_blips_real_tokenizer_layout(captioner):
     tokenizer = captioner.tokenizer
-    assert len(tokenizer) == 30524  # bert-base-uncased + [DEC] + [ENC], as blip-image-captioning-base
-    assert tokenizer.bos_token == "[DEC]"
-    assert tokenizer.bos_token_id == captioner.decoder.shape["bos_token_id"]
-    assert tokenizer.tokenize("Noodles") == ["noodles"]
+    assert tokenizer.get_vocab_size() == 30524  # bert-base-uncased + [DEC] + [ENC], as blip-image-captioning-base
+    assert tokenizer.token_to_id("[DEC]") == captioner.decoder.shape["bos_token_id"]
+    assert tokenizer.encode("Noodles", add_special_tokens=False).tokens == ["noodles"]
+
+
+def test_the_steps_tokenizer_encodes_and_decodes_as_transformers(captioner, blip_dir):
+    """The step reads the build's tokenizer.json with `tokenizers` alone; the course's transformers tokenizer
+    must agree on every prompt and on any caption's tokens (random ones here, punctuation included)."""
+    from transformers import AutoTokenizer
+
+    theirs = AutoTokenizer.from_pretrained(str(blip_dir))
+    for prompt in [*PROMPTS, "a photo of dessert, isn't it?", "Meat \"grilled\" & rice"]:
+        assert captioner.prompt_ids(prompt) == [theirs.bos_token_id, *theirs(prompt).input_ids[1:-1]]
+    rng = np.random.default_rng(0)
+    punctuation = theirs.convert_tokens_to_ids([".", ",", "'", "s", "?", "!", "t", "[SEP]", "[PAD]"])
+    sequences = [[*rng.integers(0, theirs.vocab_size, 12).tolist(), *rng.choice(punctuation, 4).tolist()]
+                 for _ in range(300)]
+    assert (captioner.tokenizer.decode_batch(sequences, skip_special_tokens=True)
+            == theirs.batch_decode(sequences, skip_special_tokens=True))
+
+
+def test_the_captioner_step_runs_without_torch(graphs_dir):
+    """Memory: importing torch (through transformers' tokenizer) cost the captioner step 520 MiB."""
+    code = (f"import sys; from pipeline_src.steps.captioning import GreedyCaptioner; "
+            f"captioner = GreedyCaptioner.load(__import__('pathlib').Path({str(graphs_dir)!r}), max_new_tokens=2); "
+            f"captioner.warm_up(); assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
+            f"sorted(m for m in sys.modules if m.startswith(('torch', 'transformers')))[:5]")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT_ROOT)
 
 
 def test_base_standin_has_the_architecture_of_blip_image_captioning_base():
@@ -115,13 +142,13 @@ def test_the_vision_encoder_gives_a_row_the_same_embeddings_in_any_batch(vision,
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_int8_rows_do_not_depend_on_their_batch_mates(blip_dir, graphs_dir, model_repository, pixels, precision):
+def test_int8_rows_do_not_depend_on_their_batch_mates(graphs_dir, model_repository, pixels, precision):
     """int8 weights only, no activation scale shared across a batch: a row alone gets what it gets in a batch."""
     suffix = "" if precision == "fp32" else ".int8"
     vision = OnnxModel(model_repository / "vision_encoder" / "1" / f"model{suffix}.onnx")
     embeds = vision(pixels[:3])
     assert np.array_equal(embeds[1], vision(pixels[1:2])[0])
-    captioner = GreedyCaptioner.load(blip_dir, graphs_dir, precision, max_new_tokens=12)
+    captioner = GreedyCaptioner.load(graphs_dir, precision, max_new_tokens=12)
     assert captioner.generate(embeds, [captioner.prompt_ids(p) for p in PROMPTS]) == [
         captioner.generate(embeds[i:i + 1], [captioner.prompt_ids(prompt)])[0] for i, prompt in enumerate(PROMPTS)]
 

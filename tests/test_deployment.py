@@ -123,7 +123,7 @@ def dry_run_install(python_version: str, requirements: list[str], tmp_path: Path
 
 @pytest.mark.skipif(not pypi_reachable(), reason="PyPI is not reachable from this machine")
 def test_the_triton_images_pins_have_wheels_for_its_python_and_not_for_24_10s(tmp_path):
-    """torch's own CUDA 13 dependencies are not resolved (--no-deps): this machine's mirror lacks some."""
+    """Each pin's own wheel (--no-deps): the image's Python must install every one."""
     requirements = [f"{name}=={version}" for name, version in dockerfile_pins("Dockerfile.triton").items()]
     result = dry_run_install(TRITON_IMAGE_PYTHON, requirements, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

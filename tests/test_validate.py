@@ -70,12 +70,15 @@ def test_missing_built_model_files_are_errors_that_say_to_run_make_models(repo):
     assert "make models" in problem(report, "captioner", "parameter model_dir='blip'", "is missing")
 
 
-def test_a_snapshot_without_its_tokenizer_or_graphs_is_an_error(repo):
-    (repo / "captioner" / "1" / "blip" / "tokenizer_config.json").unlink()
+def test_a_snapshot_or_graphs_folder_missing_a_file_is_an_error(repo):
+    """A build from before the graphs' per-layer caches has no tokenizer.json: `make models` redoes it."""
+    (repo / "captioner" / "1" / "blip" / "config.json").unlink()
     (repo / "captioner" / "1" / "text_decoder" / "decoder_step.onnx").unlink()
+    (repo / "captioner" / "1" / "text_decoder" / "tokenizer.json").unlink()
     report = validate_repository(repo)
-    problem(report, "captioner", "model_dir='blip'", "has no tokenizer_config.json")
+    problem(report, "captioner", "model_dir='blip'", "has no config.json")
     problem(report, "captioner", "graphs_dir='text_decoder'", "has no decoder_step.onnx")
+    problem(report, "captioner", "graphs_dir='text_decoder'", "has no tokenizer.json", "make models")
 
 
 # --- configs, folders, backend files ---------------------------------------------------------------------

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import tokenizers
 import torch
 from PIL import Image, ImageOps
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
-from pipeline_src.steps.captioning import GreedyCaptioner, TextDecoder
+from pipeline_src.steps.captioning import TOKENIZER_FILE, GreedyCaptioner, TextDecoder
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.onnx_runtime import OnnxModel
 
@@ -99,6 +100,22 @@ def measure(reference: Reference, vision: OnnxModel, decoder: TextDecoder, pixel
         "teacher_forced_tokens": total,
         "max_relative_logit_error": worst,
     }
+
+
+def require_same_tokenizer(written: tokenizers.Tokenizer, snapshot_tokenizer, prompts: Sequence[str],
+                           generations: Sequence[Sequence[int]], what: str) -> None:
+    """The tokenizer file the step reads encodes ``prompts`` and decodes ``generations`` as the snapshot's
+    transformers tokenizer does, or the build stops with the first difference."""
+    for prompt in prompts:
+        ours, theirs = written.encode(prompt).ids, snapshot_tokenizer(prompt).input_ids
+        if ours != theirs:
+            raise FidelityError(f"{what}: {TOKENIZER_FILE} encodes {prompt!r} as {ours}, transformers as {theirs}")
+    ours = written.decode_batch([list(tokens) for tokens in generations], skip_special_tokens=True)
+    theirs = snapshot_tokenizer.batch_decode(generations, skip_special_tokens=True)
+    for tokens, mine, expected in zip(generations, ours, theirs):
+        if mine != expected:
+            raise FidelityError(f"{what}: {TOKENIZER_FILE} decodes {list(tokens)} as {mine!r}, transformers as "
+                                f"{expected!r}")
 
 
 def require_exact(figures: dict, what: str) -> None:

@@ -13,10 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import tokenizers
+
 from pipeline_src.model_build import blip_onnx, blip_fidelity
 from pipeline_src.model_build.int8_weights import quantize_weights_int8
-from pipeline_src.steps.captioning import (CROSS_KV_FILE, DECODER_SHAPE_FILE, DECODER_STEP_FILE, TextDecoder,
-                                           blip_prompt_ids)
+from pipeline_src.steps.captioning import (CROSS_KV_FILE, DECODER_SHAPE_FILE, DECODER_STEP_FILE, TOKENIZER_FILE,
+                                           TextDecoder, blip_prompt_ids)
+from pipeline_src.steps.classification import build_prompt
+from pipeline_src.steps.labels import FOOD11_CLASSES
+from pipeline_src.steps.settings import LabelAndCaptionSettings
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import FIDELITY_FILE, precision_file
 
@@ -38,9 +43,15 @@ class GraphPaths:
     def text_graphs(self) -> list[Path]:
         return [self.text_dir / CROSS_KV_FILE, self.text_dir / DECODER_STEP_FILE]
 
+    @property
+    def tokenizer(self) -> Path:
+        return self.text_dir / TOKENIZER_FILE
+
     def complete(self) -> bool:
-        """Written last, the fidelity files mean a finished build."""
-        return (self.vision.parent / FIDELITY_FILE).is_file() and (self.text_dir / FIDELITY_FILE).is_file()
+        """Written last, the fidelity files mean a finished build; without the tokenizer file, one from before
+        the graphs took their caches one tensor per layer."""
+        return ((self.vision.parent / FIDELITY_FILE).is_file() and (self.text_dir / FIDELITY_FILE).is_file()
+                and self.tokenizer.is_file())
 
 
 def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
@@ -60,10 +71,18 @@ def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
 
     tokenizer = AutoTokenizer.from_pretrained(str(snapshot))
     pixels = blip_fidelity.check_pixels()
-    prompt_ids = [blip_prompt_ids(tokenizer, prompt, shape.bos_token_id)
+    prompt_ids = [blip_prompt_ids(tokenizer(prompt).input_ids, shape.bos_token_id)
                   for prompt in blip_fidelity.check_prompts(len(pixels))]
     reference = blip_fidelity.hf_reference(blip, prompt_ids, pixels, CHECK_MAX_NEW_TOKENS)
     del blip
+
+    tokenizer.backend_tokenizer.save(str(paths.tokenizer))
+    template = LabelAndCaptionSettings().prompt_template
+    blip_fidelity.require_same_tokenizer(
+        tokenizers.Tokenizer.from_file(str(paths.tokenizer)), tokenizer,
+        [*blip_fidelity.CHECK_PROMPTS, *(build_prompt(template, label) for label in FOOD11_CLASSES)],
+        reference.tokens, f"captioner built from {snapshot}")
+    yield f"wrote {paths.tokenizer}: encodes every label's prompt and decodes the check captions as transformers"
 
     def figures(vision: str, text: str) -> dict:
         return blip_fidelity.measure(reference, OnnxModel(precision_file(paths.vision, vision)),

@@ -2,12 +2,15 @@
 
 - ``vision_encoder.onnx``: ``pixel_values [b, 3, 384, 384]`` -> ``image_embeds [b, 577, H]`` (a Triton step
   of its own, batched by the dynamic batcher);
-- ``cross_kv.onnx``: ``image_embeds`` -> ``cross_keys, cross_values [L, b, heads, 577, d]``, the keys and
-  values every decoder layer's cross-attention reads at every token, computed once per image;
+- ``cross_kv.onnx``: ``image_embeds`` -> ``cross_key.N, cross_value.N [b, heads, 577, d]`` for each layer
+  N, the keys and values its cross-attention reads at every token, computed once per image;
 - ``decoder_step.onnx``: the next token's logits from the new tokens, their positions, the self-attention
   mask and the KV cache: ``input_ids, position_ids [b, t]``, ``attention_mask [b, past + t]`` (1: a token,
-  0: left padding), ``past_keys, past_values [L, b, heads, past, d]``, ``cross_keys, cross_values`` ->
-  ``logits [b, vocab]`` (last position), ``present_keys, present_values [L, b, heads, past + t, d]``.
+  0: left padding), ``past_key.N, past_value.N [b, heads, past, d]``, ``cross_key.N, cross_value.N`` ->
+  ``logits [b, vocab]`` (last position), ``present_key.N, present_value.N [b, heads, past + t, d]``.
+
+One tensor per layer rather than one stacked over the layers: each layer would otherwise slice (copy) its
+part of the stack at every token, 340 MB per token for a batch of 8 images' cross-attention keys and values.
 
 The modules below reuse Hugging Face's layers (embeddings, projections, layer norms, feed-forward, LM
 head) and spell out only the attention over the cache, with the same operations in the same order as
@@ -24,15 +27,13 @@ import torch
 from torch import nn
 from transformers import BlipForConditionalGeneration
 
-from pipeline_src.steps.captioning import CROSS_KV_FILE, DECODER_STEP_FILE  # where the captioner reads them
+# Where and under which names the captioner reads them.
+from pipeline_src.steps.captioning import CROSS_KV_FILE, DECODER_STEP_FILE, IMAGE_EMBEDS, cache_names
 
 OPSET = 17
 
-VISION_INPUT, VISION_OUTPUT = "pixel_values", "image_embeds"
-CROSS_KV_OUTPUTS = ["cross_keys", "cross_values"]
-DECODER_INPUTS = ["input_ids", "position_ids", "attention_mask", "past_keys", "past_values", "cross_keys",
-                  "cross_values"]
-DECODER_OUTPUTS = ["logits", "present_keys", "present_values"]
+VISION_INPUT, VISION_OUTPUT = "pixel_values", IMAGE_EMBEDS
+TOKEN_INPUTS = ["input_ids", "position_ids", "attention_mask"]
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,9 @@ class CrossKeysValues(nn.Module):
         self.heads = blip.config.text_config.num_attention_heads
 
     def forward(self, image_embeds):
-        keys = [_split_heads(attention.key(image_embeds), self.heads) for attention in self.attentions]
-        values = [_split_heads(attention.value(image_embeds), self.heads) for attention in self.attentions]
-        return torch.stack(keys), torch.stack(values)
+        """Layer by layer, its keys then its values (``cache_names`` order)."""
+        return tuple(_split_heads(projection(image_embeds), self.heads)
+                     for attention in self.attentions for projection in (attention.key, attention.value))
 
 
 class DecoderStep(nn.Module):
@@ -111,26 +112,27 @@ class DecoderStep(nn.Module):
         self.heads = blip.config.text_config.num_attention_heads
         self.head_size = blip.config.text_config.hidden_size // self.heads
 
-    def forward(self, input_ids, position_ids, attention_mask, past_keys, past_values, cross_keys, cross_values):
+    def forward(self, input_ids, position_ids, attention_mask, *caches):
+        """``caches``: the past keys and values, then the cross-attention's, each in ``cache_names`` order."""
+        past, cross = caches[:2 * len(self.layers)], caches[2 * len(self.layers):]
         hidden = self.embeddings(input_ids=input_ids, position_ids=position_ids)
         mask = self._causal_padding_mask(attention_mask, input_ids.shape[1])
-        present_keys, present_values = [], []
+        present = []
         for index, layer in enumerate(self.layers):
             own = layer.attention.self
-            keys = torch.cat([past_keys[index], _split_heads(own.key(hidden), self.heads)], dim=2)
-            values = torch.cat([past_values[index], _split_heads(own.value(hidden), self.heads)], dim=2)
-            present_keys.append(keys)
-            present_values.append(values)
+            keys = torch.cat([past[2 * index], _split_heads(own.key(hidden), self.heads)], dim=2)
+            values = torch.cat([past[2 * index + 1], _split_heads(own.value(hidden), self.heads)], dim=2)
+            present += [keys, values]
             context = _attend(_split_heads(own.query(hidden), self.heads), keys, values, mask, self.head_size)
             attended = layer.attention.output(context, hidden)
-            cross = layer.crossattention
-            context = _attend(_split_heads(cross.self.query(attended), self.heads), cross_keys[index],
-                              cross_values[index], None, self.head_size)  # every image token is attended
-            attended = cross.output(context, attended)
+            crossing = layer.crossattention
+            context = _attend(_split_heads(crossing.self.query(attended), self.heads), cross[2 * index],
+                              cross[2 * index + 1], None, self.head_size)  # every image token is attended
+            attended = crossing.output(context, attended)
             hidden = layer.output(layer.intermediate(attended), attended)
         # [b, 1, H] rather than [b, H]: exported as MatMul (not Gemm), which the int8 build quantises too.
         logits = self.lm_head(hidden[:, -1:, :])[:, 0, :]
-        return logits, torch.stack(present_keys), torch.stack(present_values)
+        return (logits, *present)
 
     @staticmethod
     def _causal_padding_mask(attention_mask, new_tokens):
@@ -149,27 +151,42 @@ def export_graphs(blip: BlipForConditionalGeneration, directory: Path, vision_pa
     shape = DecoderShape.of(blip)
     directory.mkdir(parents=True, exist_ok=True)
     vision_path.parent.mkdir(parents=True, exist_ok=True)
-    batch, past, new = 2, 3, 2  # sample sizes; every one of them is a dynamic axis
-    pixels = torch.zeros(batch, 3, 384, 384)
-    embeds = torch.zeros(batch, shape.image_tokens, shape.vision_hidden_size)
-    cache = torch.zeros(shape.layers, batch, shape.heads, past, shape.head_size)
-    cross = torch.zeros(shape.layers, batch, shape.heads, shape.image_tokens, shape.head_size)
-    ids = torch.full((batch, new), shape.bos_token_id, dtype=torch.long)
     with torch.inference_mode():
-        _export(VisionEncoder(blip), (pixels,), vision_path, [VISION_INPUT], [VISION_OUTPUT],
-                {VISION_INPUT: {0: "batch"}, VISION_OUTPUT: {0: "batch"}})
-        _export(CrossKeysValues(blip), (embeds,), directory / CROSS_KV_FILE, [VISION_OUTPUT], CROSS_KV_OUTPUTS,
-                {VISION_OUTPUT: {0: "batch"}, **{name: {1: "batch"} for name in CROSS_KV_OUTPUTS}})
-        _export(DecoderStep(blip),
-                (ids, torch.arange(past, past + new).repeat(batch, 1), torch.ones(batch, past + new, dtype=torch.long), cache, cache.clone(), cross,
-                 cross.clone()),
-                directory / DECODER_STEP_FILE, DECODER_INPUTS, DECODER_OUTPUTS,
-                {"input_ids": {0: "batch", 1: "new"}, "position_ids": {0: "batch", 1: "new"},
-                 "attention_mask": {0: "batch", 1: "total"}, "past_keys": {1: "batch", 3: "past"},
-                 "past_values": {1: "batch", 3: "past"}, "cross_keys": {1: "batch"}, "cross_values": {1: "batch"},
-                 "logits": {0: "batch"}, "present_keys": {1: "batch", 3: "total"},
-                 "present_values": {1: "batch", 3: "total"}})
+        export_vision_encoder(VisionEncoder(blip), vision_path)
+        export_cross_kv(CrossKeysValues(blip), shape, directory / CROSS_KV_FILE)
+        export_decoder_step(DecoderStep(blip), shape, directory / DECODER_STEP_FILE)
     return shape
+
+
+# Sample sizes for the exports; every one of them is a dynamic axis.
+BATCH, PAST, NEW = 2, 3, 2
+
+
+def export_vision_encoder(module: nn.Module, path: Path, device: str = "cpu") -> None:
+    _export(module, (torch.zeros(BATCH, 3, 384, 384, device=device),), path, [VISION_INPUT], [VISION_OUTPUT],
+            {VISION_INPUT: {0: "batch"}, VISION_OUTPUT: {0: "batch"}})
+
+
+def export_cross_kv(module: nn.Module, shape: DecoderShape, path: Path, device: str = "cpu") -> None:
+    outputs = cache_names("cross", shape.layers)
+    _export(module, (torch.zeros(BATCH, shape.image_tokens, shape.vision_hidden_size, device=device),), path,
+            [VISION_OUTPUT], outputs, {VISION_OUTPUT: {0: "batch"}, **{name: {0: "batch"} for name in outputs}})
+
+
+def export_decoder_step(module: nn.Module, shape: DecoderShape, path: Path, device: str = "cpu") -> None:
+    past, cross, present = (cache_names(kind, shape.layers) for kind in ("past", "cross", "present"))
+    ids = torch.full((BATCH, NEW), shape.bos_token_id, dtype=torch.long, device=device)
+    positions = torch.arange(PAST, PAST + NEW, device=device).repeat(BATCH, 1)
+    mask = torch.ones(BATCH, PAST + NEW, dtype=torch.long, device=device)
+    past_sample = [torch.zeros(BATCH, shape.heads, PAST, shape.head_size, device=device) for _ in past]
+    cross_sample = [torch.zeros(BATCH, shape.heads, shape.image_tokens, shape.head_size, device=device)
+                    for _ in cross]
+    axes = {"input_ids": {0: "batch", 1: "new"}, "position_ids": {0: "batch", 1: "new"},
+            "attention_mask": {0: "batch", 1: "total"}, "logits": {0: "batch"},
+            **{name: {0: "batch", 2: "past"} for name in past}, **{name: {0: "batch"} for name in cross},
+            **{name: {0: "batch", 2: "total"} for name in present}}
+    _export(module, (ids, positions, mask, *past_sample, *cross_sample), path, [*TOKEN_INPUTS, *past, *cross],
+            ["logits", *present], axes)
 
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict) -> None:

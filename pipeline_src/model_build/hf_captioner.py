@@ -39,7 +39,7 @@ class HuggingFaceCaptioner:
         """Captions for ``pixel_values [n, 3, 384, 384]``, one ``generate`` per photo."""
         captions = []
         for pixels, prompt in zip(pixel_values, prompts):
-            ids = blip_prompt_ids(self.tokenizer, prompt, self.model.config.text_config.bos_token_id)
+            ids = blip_prompt_ids(self.tokenizer(prompt).input_ids, self.model.config.text_config.bos_token_id)
             new = self.new_tokens(pixels, ids)
             captions.append(join_caption(prompt, self.tokenizer.decode(new, skip_special_tokens=True)))
         return captions

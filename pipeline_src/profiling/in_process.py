@@ -45,7 +45,7 @@ class OnnxBlip:
         version_dir = repository / "captioner" / "1"
         graphs_dir = version_dir / captioner_settings.graphs_dir
         text_precision = captioner_settings.choose_precision(graphs_dir, on_gpu=False).precision
-        self.captioner = GreedyCaptioner.load(version_dir / captioner_settings.model_dir, graphs_dir, text_precision,
+        self.captioner = GreedyCaptioner.load(graphs_dir, text_precision,
                                               intra_op_threads=captioner_settings.intra_op_threads,
                                               max_new_tokens=captioner_settings.max_new_tokens,
                                               repetition_penalty=captioner_settings.repetition_penalty)

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 import onnxruntime as ort
+import tokenizers
 
 from pipeline_src.steps.onnx_runtime import onnx_session
 from pipeline_src.steps.precision import precision_file
@@ -25,6 +26,16 @@ STANDIN_MARKER = "STAND_IN.json"  # present only in a stand-in snapshot built by
 DECODER_SHAPE_FILE = "decoder.json"  # the text decoder's dimensions and special tokens, written by the build
 CROSS_KV_FILE = "cross_kv.onnx"
 DECODER_STEP_FILE = "decoder_step.onnx"
+# The snapshot's tokenizer, written next to the graphs by the build: the step reads it with the `tokenizers`
+# library alone (transformers' AutoTokenizer imports torch, 520 MiB of the step's memory for a word list).
+TOKENIZER_FILE = "tokenizer.json"
+IMAGE_EMBEDS = "image_embeds"  # the vision encoder's output, the cross-attention's input
+
+
+def cache_names(kind: str, layers: int) -> list[str]:
+    """The graphs' cache tensors, one per layer and part: ``{kind}_key.N``, ``{kind}_value.N`` for layer N
+    (kind: ``cross``, ``past`` or ``present``), in this order."""
+    return [f"{kind}_{part}.{layer}" for layer in range(layers) for part in ("key", "value")]
 
 
 def standin_info(model_dir: str | Path) -> dict | None:
@@ -38,10 +49,8 @@ class DecoderState:
     """The KV cache of a batch of rows being generated, and what each row has seen so far."""
 
     # Where the session computes (the GPU on a GPU instance): fed back at every token without a copy.
-    cross_keys: ort.OrtValue
-    cross_values: ort.OrtValue
-    keys: ort.OrtValue  # [layers, batch, heads, length, head_size]
-    values: ort.OrtValue
+    cross: list[ort.OrtValue]  # cache_names("cross") order, each [batch, heads, image tokens, head_size]
+    cache: list[ort.OrtValue]  # the self-attention's, cache_names("past") order, each [batch, heads, length, head_size]
     attention_mask: np.ndarray  # [batch, length]: 0 on left padding
     next_position: np.ndarray  # [batch]: the position the row's next token takes
     seen: list[list[int]] = field(default_factory=list)  # each row's tokens, prompt included (repetition penalty)
@@ -53,8 +62,10 @@ class TextDecoder:
     def __init__(self, directory: Path, precision: str = "fp32", on_gpu: bool = False, device_id: int = 0,
                  intra_op_threads: int = 0):
         self.shape = json.loads((directory / DECODER_SHAPE_FILE).read_text())
+        self.cross_names, self.past_names, self.present_names = (cache_names(kind, self.shape["layers"])
+                                                                 for kind in ("cross", "past", "present"))
         self.cross_kv = onnx_session(precision_file(directory / CROSS_KV_FILE, precision), on_gpu, device_id,
-                                     intra_op_threads)
+                                     intra_op_threads, cpu_arena=False)  # once per request
         self.step = onnx_session(precision_file(directory / DECODER_STEP_FILE, precision), on_gpu, device_id,
                                  intra_op_threads)
         # The caches stay on the session's device: on a GPU, copying them to the host and back at every token
@@ -73,15 +84,13 @@ class TextDecoder:
             positions[row, width - len(ids):] = np.arange(len(ids))
             mask[row, width - len(ids):] = 1
         binding = self.cross_kv.io_binding()
-        binding.bind_cpu_input("image_embeds", np.ascontiguousarray(image_embeds))
-        for name in ("cross_keys", "cross_values"):
+        binding.bind_cpu_input(IMAGE_EMBEDS, np.ascontiguousarray(image_embeds))
+        for name in self.cross_names:
             binding.bind_output(name, *self.device)
         self.cross_kv.run_with_iobinding(binding)
-        cross_keys, cross_values = binding.get_outputs()
         empty = ort.OrtValue.ortvalue_from_numpy(
-            np.zeros((self.shape["layers"], rows, self.shape["heads"], 0, self.shape["head_size"]), np.float32),
-            *self.device)
-        state = DecoderState(cross_keys, cross_values, empty, empty, mask[:, :0],
+            np.zeros((rows, self.shape["heads"], 0, self.shape["head_size"]), np.float32), *self.device)
+        state = DecoderState(binding.get_outputs(), [empty] * len(self.past_names), mask[:, :0],
                              np.array([len(ids) for ids in prompt_ids], dtype=np.int64),
                              [list(ids) for ids in prompt_ids])
         return self._run(state, input_ids, positions, mask), state
@@ -101,20 +110,20 @@ class TextDecoder:
         for name, array in (("input_ids", input_ids), ("position_ids", positions),
                             ("attention_mask", state.attention_mask)):
             binding.bind_cpu_input(name, np.ascontiguousarray(array))
-        for name, value in (("past_keys", state.keys), ("past_values", state.values),
-                            ("cross_keys", state.cross_keys), ("cross_values", state.cross_values)):
+        for name, value in zip([*self.past_names, *self.cross_names], [*state.cache, *state.cross]):
             binding.bind_ortvalue_input(name, value)
         binding.bind_output("logits", "cpu")  # what the greedy choice reads
-        for name in ("present_keys", "present_values"):
+        for name in self.present_names:
             binding.bind_output(name, *self.device)
         self.step.run_with_iobinding(binding)
-        logits, state.keys, state.values = binding.get_outputs()
+        logits, *state.cache = binding.get_outputs()
         return logits.numpy()
 
 
-def blip_prompt_ids(tokenizer, prompt: str, bos_token_id: int) -> list[int]:
-    """The prompt as BLIP's generate feeds it: [DEC] in place of [CLS], without the closing [SEP]."""
-    return [bos_token_id, *tokenizer(prompt).input_ids[1:-1]]
+def blip_prompt_ids(encoded: Sequence[int], bos_token_id: int) -> list[int]:
+    """A prompt's tokens (``[CLS] ... [SEP]``, as BERT's tokenizer encodes it) as BLIP's generate feeds them:
+    [DEC] in place of [CLS], without the closing [SEP]."""
+    return [bos_token_id, *encoded[1:-1]]
 
 
 def penalise_repetition(logits: np.ndarray, seen: list[list[int]], penalty: float) -> np.ndarray:
@@ -131,22 +140,21 @@ def penalise_repetition(logits: np.ndarray, seen: list[list[int]], penalty: floa
 class GreedyCaptioner:
     """Captions for a batch of image embeddings, each with its own prompt, as ``generate`` writes them."""
 
-    def __init__(self, decoder: TextDecoder, tokenizer, max_new_tokens: int = 20, repetition_penalty: float = 1.0):
+    def __init__(self, decoder: TextDecoder, tokenizer: tokenizers.Tokenizer | None, max_new_tokens: int = 20,
+                 repetition_penalty: float = 1.0):
         self.decoder = decoder
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.repetition_penalty = repetition_penalty
 
     @classmethod
-    def load(cls, snapshot_dir: Path, graphs_dir: Path, precision: str = "fp32", on_gpu: bool = False,
-             device_id: int = 0, intra_op_threads: int = 0, **generation) -> "GreedyCaptioner":
-        from transformers import AutoTokenizer  # the snapshot's own WordPiece tokenizer
-
+    def load(cls, graphs_dir: Path, precision: str = "fp32", on_gpu: bool = False, device_id: int = 0,
+             intra_op_threads: int = 0, **generation) -> "GreedyCaptioner":
         decoder = TextDecoder(graphs_dir, precision, on_gpu, device_id, intra_op_threads)
-        return cls(decoder, AutoTokenizer.from_pretrained(str(snapshot_dir)), **generation)
+        return cls(decoder, tokenizers.Tokenizer.from_file(str(graphs_dir / TOKENIZER_FILE)), **generation)
 
     def prompt_ids(self, prompt: str) -> list[int]:
-        return blip_prompt_ids(self.tokenizer, prompt, self.decoder.shape["bos_token_id"])
+        return blip_prompt_ids(self.tokenizer.encode(prompt).ids, self.decoder.shape["bos_token_id"])
 
     def caption(self, image_embeds: np.ndarray, prompts: Sequence[str]) -> list[str]:
         """Captions for ``image_embeds [n, image tokens, width]``; ``""`` means no prompt."""
@@ -155,7 +163,7 @@ class GreedyCaptioner:
         if not prompts:
             return []
         new_tokens = self.generate(image_embeds, [self.prompt_ids(prompt) for prompt in prompts])
-        continuations = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        continuations = self.tokenizer.decode_batch(new_tokens, skip_special_tokens=True)
         return [join_caption(prompt, continuation) for prompt, continuation in zip(prompts, continuations)]
 
     def warm_up(self) -> float:

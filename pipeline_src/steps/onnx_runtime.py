@@ -24,24 +24,27 @@ def execution_providers(on_gpu: bool, device_id: int = 0) -> list:
     return [("CUDAExecutionProvider", {"device_id": device_id, "use_tf32": 0}), "CPUExecutionProvider"]
 
 
-def onnx_session(path: str | Path, on_gpu: bool = False, device_id: int = 0,
-                 intra_op_threads: int = 0) -> ort.InferenceSession:
+def onnx_session(path: str | Path, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0,
+                 cpu_arena: bool = True) -> ort.InferenceSession:
+    """``cpu_arena``: keep ONNX Runtime's CPU memory arena, which never shrinks: it pays for a graph run
+    many times per request (the decoder step: without it the base decoder's 20 tokens took 0.68 s instead
+    of 0.38, an allocation per op per token) and costs a graph run once per request its largest batch's
+    activations for good (the base vision encoder: 720 MiB after a batch of 8, for no measurable speed)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_op_threads  # 0: ONNX Runtime's default, one per physical core
     # Idle threads sleep instead of spinning: on a CPU server the cores they would burn between batches
     # are the other steps'.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    # ONNX Runtime's CPU arena stays on: without it the base decoder's 20 tokens took 0.68 s instead of
-    # 0.38 (an allocation per op per token), for 258 MiB less resident after a batch of 8 images.
+    options.enable_cpu_mem_arena = cpu_arena
     return ort.InferenceSession(str(path), options, providers=execution_providers(on_gpu, device_id))
 
 
 class OnnxModel:
     """A one-input, one-output ONNX model (the classifier, the vision encoder): one session run for a
-    whole stacked batch of requests."""
+    whole stacked batch of requests (so without a CPU arena)."""
 
     def __init__(self, onnx_path: str | Path, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0):
-        self.session = onnx_session(onnx_path, on_gpu, device_id, intra_op_threads)
+        self.session = onnx_session(onnx_path, on_gpu, device_id, intra_op_threads, cpu_arena=False)
         (self.input,) = self.session.get_inputs()
         self.output = self.session.get_outputs()[0]
 

@@ -198,8 +198,11 @@ class LabelAndCaptionSettings(StepSettings):
 
 @dataclass(frozen=True)
 class CaptionerSettings(PrecisionSettings):
-    model_dir: str = "blip"  # the BLIP snapshot (its tokenizer), relative to the model version directory
-    graphs_dir: str = "text_decoder"  # cross_kv.onnx, decoder_step.onnx (and their .int8 twins), decoder.json
+    # The BLIP snapshot the graphs were built from (a stand-in's carries STAND_IN.json), relative to the model
+    # version directory; serving reads only the graphs' folder.
+    model_dir: str = "blip"
+    # cross_kv.onnx, decoder_step.onnx (and their .int8 twins), decoder.json, tokenizer.json
+    graphs_dir: str = "text_decoder"
     max_new_tokens: int = 20
     repetition_penalty: float = 1.0  # 1.0: none (Hugging Face's definition otherwise)
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
@@ -207,8 +210,8 @@ class CaptionerSettings(PrecisionSettings):
     # (which the other steps use): this step's input width is the built model's, unknown to its config.
     warm_up: bool = True
 
-    DIRECTORY_FIELDS = {"model_dir": ("tokenizer_config.json",),
-                        "graphs_dir": ("cross_kv.onnx", "decoder_step.onnx", "decoder.json")}
+    DIRECTORY_FIELDS = {"model_dir": ("config.json",),
+                        "graphs_dir": ("cross_kv.onnx", "decoder_step.onnx", "decoder.json", "tokenizer.json")}
 
     def validate(self) -> None:
         super().validate()

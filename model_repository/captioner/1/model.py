@@ -22,7 +22,7 @@ class TritonPythonModel:
                 "its captions are MEANINGLESS. Build a real BLIP with scripts/build_models.py --blip."
             )
         choice = settings.choose_precision(graphs_dir, self.step.on_gpu)
-        self.captioner = GreedyCaptioner.load(model_dir, graphs_dir, choice.precision, on_gpu=self.step.on_gpu,
+        self.captioner = GreedyCaptioner.load(graphs_dir, choice.precision, on_gpu=self.step.on_gpu,
                                               device_id=self.step.device_id,
                                               intra_op_threads=settings.intra_op_threads,
                                               max_new_tokens=settings.max_new_tokens,
