@@ -92,7 +92,7 @@ class TritonWithPython(TritonServer):
 
 def served(repository: Path, photos: list[bytes], input_file: Path, levels: list[int], window: int, label: str,
            scratch: Path, precision: str | None = None, check_captions: bool = True,
-           python_bin: Path | None = None) -> tuple[list[dict], dict]:
+           python_bin: Path | None = None, precision_steps: tuple[str, ...] = INT8_STEPS) -> tuple[list[dict], dict]:
     """perf_analyzer on the ensemble at each level; server memory; served captions against Hugging Face."""
     work_dir, ports = scratch / f"triton{len(list(scratch.glob('triton*')))}", free_ports()
     extra_args = ("--model-control-mode=explicit", "--load-model=*")
@@ -101,7 +101,7 @@ def served(repository: Path, photos: list[bytes], input_file: Path, levels: list
     rows, extra = [], {}
     with server:
         if precision:
-            set_cpu_precision(server.grpc_url, precision)
+            set_cpu_precision(server.grpc_url, precision, precision_steps)
         for concurrency in levels:
             measurement, stability = perf_analyzer.measure_stably(
                 ENSEMBLE, server.grpc_url, input_file, concurrency, scratch / f"{label}_{concurrency}.csv",
@@ -115,10 +115,10 @@ def served(repository: Path, photos: list[bytes], input_file: Path, levels: list
     return rows, extra
 
 
-def set_cpu_precision(grpc_url: str, precision: str) -> None:
-    """Reload the vision encoder and the captioner with ``cpu_precision`` changed (explicit model control)."""
+def set_cpu_precision(grpc_url: str, precision: str, models: tuple[str, ...]) -> None:
+    """Reload ``models`` with ``cpu_precision`` changed (explicit model control)."""
     raw = grpcclient.InferenceServerClient(grpc_url)
-    for model in INT8_STEPS:
+    for model in models:
         config = raw.get_model_config(model, as_json=True)["config"]
         config["parameters"]["cpu_precision"] = {"string_value": precision}
         raw.load_model(model, config=json.dumps(config))
@@ -145,9 +145,17 @@ def caption_check(grpc_url: str, repository: Path, photos: list[bytes]) -> dict:
 
 
 def previous(args, input_file: Path, scratch: Path) -> list[dict]:
-    rows, _ = served(args.previous_repository, [], input_file, [8], args.window,
-                     "previous captioner (torch, its default cpu_precision auto: int8)", scratch,
-                     check_captions=False, python_bin=args.previous_python)
+    # The stubs put their working directory first on sys.path: started from this checkout, they imported its
+    # code instead of the previous checkout's.
+    repository, python_bin, here = args.previous_repository.resolve(), args.previous_python.resolve(), Path.cwd()
+    os.chdir(scratch)
+    try:
+        # int8: its default on an AVX2-only CPU (its auto picks bf16 where the CPU has it natively).
+        rows, _ = served(repository, [], input_file, [8], args.window,
+                         "previous captioner (PyTorch, cpu_precision int8)", scratch, precision="int8",
+                         check_captions=False, python_bin=python_bin, precision_steps=("captioner",))
+    finally:
+        os.chdir(here)
     return rows
 
 
