@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from pipeline_src.provenance.manifest import MANIFEST_FILE, read_manifest, verify, write_manifest
-from pipeline_src.provenance.served import SHORT_HASH
+from pipeline_src.provenance.served import SHORT_HASH, served_manifests
 from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
 
 WEIGHTED_MODELS = ["captioner", "classifier", "vision_encoder"]  # the models the build writes manifests for
@@ -65,6 +65,21 @@ def test_the_build_keeps_what_it_knows_and_says_what_it_does_not(tmp_path):
     assert write_classifier_manifest(tmp_path, None, None) == built  # still matches its file: kept
     (tmp_path / "model.onnx").write_bytes(b"replaced")
     assert write_classifier_manifest(tmp_path, None, None).kind == "unknown"
+
+
+def test_the_served_version_follows_the_configs_version_policy(tmp_path):
+    """Versions 1 and 2 on disk: the answer names 2 under Triton's default policy, 1 where the config pins it."""
+    model = tmp_path / "classifier"
+    for version in ("1", "2"):
+        (model / version).mkdir(parents=True)
+        (model / version / "model.onnx").write_bytes(version.encode())
+        write_manifest(model / version, "classifier", "real", f"build {version}", [model / version / "model.onnx"])
+    config = 'name: "classifier"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+    (model / "config.pbtxt").write_text(config)
+    assert [(name, version) for name, version, _ in served_manifests(tmp_path)] == [("classifier", "2")]
+    (model / "config.pbtxt").write_text(config + "version_policy: { specific: { versions: [1] } }\n")
+    [(_, version, manifest)] = served_manifests(tmp_path)
+    assert (version, manifest.source) == ("1", "build 1")
 
 
 def test_every_answer_names_the_weights_the_server_loaded(client, model_repository, photos):

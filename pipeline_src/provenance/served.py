@@ -1,7 +1,7 @@
 """The identity of the models a repository serves, as every answer carries it (the ``MODELS`` output), and
 their whole manifests (the ``model_manifests`` step, the API's ``/models``): for each model with a manifest,
-the version Triton serves (its latest numbered folder: Triton's default version policy, and what the
-ensembles' ``model_version: -1`` asks for), what it is, and its hash."""
+the version that answers (the highest Triton loads under the config's ``version_policy``: what the
+ensembles' and BLS calls' ``model_version: -1`` reaches), what it is, and its hash."""
 
 from __future__ import annotations
 
@@ -9,23 +9,21 @@ import json
 from pathlib import Path
 
 from pipeline_src.provenance.manifest import Manifest, read_manifest
+from pipeline_src.repository.loading import load_models
+from pipeline_src.repository.report import Report
 
 SHORT_HASH = 16  # hex digits of the manifest's sha256 in an answer: enough to tell builds apart
 
 
-def served_version_dir(model_dir: Path) -> Path | None:
-    versions = [path for path in model_dir.iterdir() if path.is_dir() and path.name.isdigit()]
-    return max(versions, key=lambda path: int(path.name), default=None)
-
-
 def served_manifests(repository: Path) -> list[tuple[str, str, Manifest]]:
-    """(model, version, manifest) for each model of ``repository`` whose served version has a manifest."""
+    """(model, version, manifest) for each model of ``repository`` whose served version has a manifest.
+    The versions are the validator's (``loaded_versions``); a model whose config it cannot read has none."""
     served = []
-    for model_dir in sorted(path for path in Path(repository).iterdir() if path.is_dir()):
-        version_dir = served_version_dir(model_dir)
+    for name, entry in load_models(Path(repository), Report(Path(repository))).items():
+        version_dir = max(entry.versions, key=lambda path: int(path.name), default=None)
         manifest = read_manifest(version_dir) if version_dir else None
         if manifest is not None:
-            served.append((model_dir.name, version_dir.name, manifest))
+            served.append((name, version_dir.name, manifest))
     return served
 
 
