@@ -41,11 +41,39 @@ CAPACITY_CONCURRENCY = 8  # the captioner's best CPU batch here (benchmarks/resu
 HUNG_AFTER_S = 60 + 30  # the API's default deadline, plus a margin
 
 
+class LoopLag:
+    """How late this process's event loop wakes from a short sleep: the load generator's own delay, which is
+    part of every latency it measures (it shares the machine's cores with the servers here)."""
+
+    PERIOD_S = 0.005
+
+    def __init__(self):
+        self.lags_s: list[float] = []
+        self._task: asyncio.Task | None = None
+
+    async def _watch(self) -> None:
+        while True:
+            started = time.perf_counter()
+            await asyncio.sleep(self.PERIOD_S)
+            self.lags_s.append(time.perf_counter() - started - self.PERIOD_S)
+
+    async def __aenter__(self) -> "LoopLag":
+        self._task = asyncio.ensure_future(self._watch())
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        self._task.cancel()
+
+    def summary(self) -> dict:
+        lags_ms = np.asarray(self.lags_s or [0.0]) * 1000
+        return {"generator_lag_p99_ms": float(np.percentile(lags_ms, 99)), "generator_lag_max_ms": float(lags_ms.max())}
+
+
 async def offered_load(api_url: str, photos: list[bytes], truth, rate: float, seconds: float) -> dict:
     """Uploads at ``rate`` per second for ``seconds``, each waited for on its own (open loop)."""
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     outcomes: list[dict] = []
-    async with httpx.AsyncClient(base_url=api_url, timeout=HUNG_AFTER_S, limits=limits) as http:
+    async with httpx.AsyncClient(base_url=api_url, timeout=HUNG_AFTER_S, limits=limits) as http, LoopLag() as lag:
         async def one(index: int) -> None:
             photo = index % len(photos)
             started = time.perf_counter()
@@ -80,7 +108,7 @@ async def offered_load(api_url: str, photos: list[bytes], truth, rate: float, se
         "refusal_p99_ms": float(np.percentile(refusal_ms, 99)) if len(refused) else None,
         "refusal_max_ms": float(refusal_ms.max()) if len(refused) else None,
         "hung": sum(o["status"] == "hung" for o in outcomes),
-        "other": sum(o["status"] not in (200, 503, "hung") for o in outcomes),
+        "other": sum(o["status"] not in (200, 503, "hung") for o in outcomes), **lag.summary(),
         **({f"answered_{key}": value for key, value in latency_summary([o["latency_s"] for o in answered],
                                                                          wall_s).items() if key.endswith("_ms")}
            if answered else {}),
@@ -114,11 +142,13 @@ def write_results(result: dict, name: str) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     columns = ["offered (x capacity)", "sent", "answered", "goodput / capacity", "refused (503)",
-               "refusal p99 (ms)", "answered p50 (ms)", "answered p99 (ms)", "hung", "not their photo's",
-               "server PSS (MiB): Triton + API"]
+               "refusal p99 (ms)", "slowest refusal (ms)", "load generator's slowest wake-up (ms)",
+               "answered p50 (ms)", "answered p99 (ms)", "hung", "not their photo's", "server PSS (MiB): Triton + API"]
     rows = [{"offered (x capacity)": f"{row['level']:g}x", "sent": row["sent"], "answered": row["answered"],
              "goodput / capacity": row["goodput_per_s"] / result["capacity_per_s"], "refused (503)": row["refused"],
              "refusal p99 (ms)": row["refusal_p99_ms"] if row["refusal_p99_ms"] is not None else "-",
+             "slowest refusal (ms)": row["refusal_max_ms"] if row["refusal_max_ms"] is not None else "-",
+             "load generator's slowest wake-up (ms)": row.get("generator_lag_max_ms", "-"),
              "answered p50 (ms)": row.get("answered_p50_ms", "-"), "answered p99 (ms)": row.get("answered_p99_ms", "-"),
              "hung": row["hung"], "not their photo's": row["mismatched"], "server PSS (MiB): Triton + API":
              f"{row['pss_mib']:.0f}: {row['triton_pss_mib']:.0f} + {row['api_pss_mib']:.0f}"}
