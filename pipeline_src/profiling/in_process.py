@@ -16,7 +16,6 @@ from pipeline_src.steps.captioning import GreedyCaptioner
 from pipeline_src.steps.classification import caption_plan, predict
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.onnx_runtime import OnnxModel
-from pipeline_src.steps.precision import precision_file
 from pipeline_src.steps.settings import StepSettings, declared_settings_class
 
 
@@ -38,18 +37,10 @@ class OnnxBlip:
     """The pipeline's captioning in this process: the vision encoder step, then the captioner step."""
 
     def __init__(self, repository: Path, vision_settings, captioner_settings):
-        vision_file = repository / "vision_encoder" / "1" / vision_settings.onnx_file
-        vision_precision = vision_settings.choose_precision(vision_file.parent, on_gpu=False).precision
-        self.vision = OnnxModel(precision_file(vision_file, vision_precision),
-                                intra_op_threads=vision_settings.intra_op_threads)
-        version_dir = repository / "captioner" / "1"
-        graphs_dir = version_dir / captioner_settings.graphs_dir
-        text_precision = captioner_settings.choose_precision(graphs_dir, on_gpu=False).precision
-        self.captioner = GreedyCaptioner.load(graphs_dir, text_precision,
-                                              intra_op_threads=captioner_settings.intra_op_threads,
-                                              max_new_tokens=captioner_settings.max_new_tokens,
-                                              repetition_penalty=captioner_settings.repetition_penalty)
-        self.precision = f"vision encoder {vision_precision}, text decoder {text_precision}"
+        self.vision = OnnxModel.from_settings(vision_settings, repository / "vision_encoder" / "1")
+        self.captioner = GreedyCaptioner.from_settings(captioner_settings, repository / "captioner" / "1")
+        self.precision = (f"vision encoder {self.vision.choice.precision}, "
+                          f"text decoder {self.captioner.choice.precision}")
 
     def caption(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
         return self.captioner.caption(self.vision(pixel_values), prompts)
@@ -69,8 +60,7 @@ class InProcessPipeline:
         self.vision_settings = step_settings(repository, "vision_encoder").replace(
             **{key: value for key, value in captioner_overrides.items() if key in ("cpu_precision", "intra_op_threads")})
         self.captioner_settings = step_settings(repository, "captioner").replace(**captioner_overrides)
-        self.classifier = OnnxModel(repository / "classifier" / "1" / classifier.onnx_file,
-                                    intra_op_threads=classifier.intra_op_threads)
+        self.classifier = OnnxModel.from_settings(classifier, repository / "classifier" / "1")
 
     @cached_property
     def captioner(self):

@@ -20,7 +20,8 @@ import onnxruntime as ort
 import tokenizers
 
 from pipeline_src.steps.onnx_runtime import onnx_session
-from pipeline_src.steps.precision import precision_file
+from pipeline_src.steps.precision import PrecisionChoice, precision_file
+from pipeline_src.steps.settings import CaptionerSettings
 
 STANDIN_MARKER = "STAND_IN.json"  # present only in a stand-in snapshot built by scripts/build_models.py
 DECODER_SHAPE_FILE = "decoder.json"  # the text decoder's dimensions and special tokens, written by the build
@@ -141,11 +142,23 @@ class GreedyCaptioner:
     """Captions for a batch of image embeddings, each with its own prompt, as ``generate`` writes them."""
 
     def __init__(self, decoder: TextDecoder, tokenizer: tokenizers.Tokenizer | None, max_new_tokens: int = 20,
-                 repetition_penalty: float = 1.0):
+                 repetition_penalty: float = 1.0, choice: PrecisionChoice | None = None):
         self.decoder = decoder
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.repetition_penalty = repetition_penalty
+        self.choice = choice  # which precision and why
+
+    @classmethod
+    def from_settings(cls, settings: CaptionerSettings, version_dir: Path, on_gpu: bool = False,
+                      device_id: int = 0) -> "GreedyCaptioner":
+        """The captioner step's captioner as its settings describe it, for its model.py and the in-process
+        baseline alike."""
+        graphs_dir = version_dir / settings.graphs_dir
+        choice = settings.choose_precision(graphs_dir, on_gpu)
+        return cls.load(graphs_dir, choice.precision, on_gpu, device_id, settings.intra_op_threads,
+                        max_new_tokens=settings.max_new_tokens, repetition_penalty=settings.repetition_penalty,
+                        choice=choice)
 
     @classmethod
     def load(cls, graphs_dir: Path, precision: str = "fp32", on_gpu: bool = False, device_id: int = 0,

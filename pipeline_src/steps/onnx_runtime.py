@@ -8,6 +8,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from pipeline_src.steps.precision import PrecisionChoice, precision_file
+from pipeline_src.steps.settings import OnnxStepSettings, PrecisionSettings
+
 log = logging.getLogger(__name__)
 
 
@@ -43,10 +46,21 @@ class OnnxModel:
     """A one-input, one-output ONNX model (the classifier, the vision encoder): one session run for a
     whole stacked batch of requests (so without a CPU arena)."""
 
-    def __init__(self, onnx_path: str | Path, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0):
+    def __init__(self, onnx_path: str | Path, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0,
+                 choice: PrecisionChoice | None = None):
         self.session = onnx_session(onnx_path, on_gpu, device_id, intra_op_threads, cpu_arena=False)
         (self.input,) = self.session.get_inputs()
         self.output = self.session.get_outputs()[0]
+        self.choice = choice  # which precision and why, where the step has a choice
+
+    @classmethod
+    def from_settings(cls, settings: OnnxStepSettings, version_dir: Path, on_gpu: bool = False,
+                      device_id: int = 0) -> "OnnxModel":
+        """The step's model as its settings describe it, for its model.py and the in-process baseline alike."""
+        path = version_dir / settings.onnx_file
+        choice = settings.choose_precision(path.parent, on_gpu) if isinstance(settings, PrecisionSettings) else None
+        return cls(precision_file(path, choice.precision if choice else "fp32"), on_gpu, device_id,
+                   settings.intra_op_threads, choice)
 
     @property
     def providers(self) -> list[str]:

@@ -9,8 +9,7 @@ from typing import ClassVar
 import triton_python_backend_utils as pb_utils
 
 from pipeline_src.steps.onnx_runtime import OnnxModel
-from pipeline_src.steps.precision import precision_file
-from pipeline_src.steps.settings import OnnxStepSettings, PrecisionSettings
+from pipeline_src.steps.settings import OnnxStepSettings
 from pipeline_src.steps.triton_step import StepContext, input_array, split_rows, stack_requests
 
 
@@ -20,14 +19,9 @@ class OnnxStep:
     def initialize(self, args):
         self.step = StepContext(args)
         settings = self.SETTINGS.from_model_config(self.step.config)
-        path = self.step.version_dir / settings.onnx_file
-        precision = "fp32"
-        if isinstance(settings, PrecisionSettings):
-            choice = settings.choose_precision(path.parent, self.step.on_gpu)
-            precision = choice.precision
-            self.step.logger.log_info(f"{self.step.name}: {precision} ({choice.reason})")
-        self.model = OnnxModel(precision_file(path, precision), on_gpu=self.step.on_gpu,
-                               device_id=self.step.device_id, intra_op_threads=settings.intra_op_threads)
+        self.model = OnnxModel.from_settings(settings, self.step.version_dir, self.step.on_gpu, self.step.device_id)
+        if self.model.choice:
+            self.step.logger.log_info(f"{self.step.name}: {self.model.choice.precision} ({self.model.choice.reason})")
         self.input_name = self.step.config["input"][0]["name"]
         self.output_name = self.step.config["output"][0]["name"]
         self.step.logger.log_info(f"{self.step.name}: ONNX Runtime providers {self.model.providers}")

@@ -14,19 +14,15 @@ class TritonPythonModel:
         self.step = StepContext(args)
         settings = CaptionerSettings.from_model_config(self.step.config)
         model_dir = self.step.version_dir / settings.model_dir
-        graphs_dir = self.step.version_dir / settings.graphs_dir
         standin = standin_info(model_dir)
         if standin:
             self.step.logger.log_warn(
                 f"{self.step.name}: {model_dir} is a STAND-IN BLIP ({standin['size']}, random weights): "
                 "its captions are MEANINGLESS. Build a real BLIP with scripts/build_models.py --blip."
             )
-        choice = settings.choose_precision(graphs_dir, self.step.on_gpu)
-        self.captioner = GreedyCaptioner.load(graphs_dir, choice.precision, on_gpu=self.step.on_gpu,
-                                              device_id=self.step.device_id,
-                                              intra_op_threads=settings.intra_op_threads,
-                                              max_new_tokens=settings.max_new_tokens,
-                                              repetition_penalty=settings.repetition_penalty)
+        self.captioner = GreedyCaptioner.from_settings(settings, self.step.version_dir, self.step.on_gpu,
+                                                       self.step.device_id)
+        choice = self.captioner.choice
         self.step.logger.log_info(f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), "
                                   f"providers {self.captioner.decoder.step.get_providers()}")
         if settings.warm_up:
