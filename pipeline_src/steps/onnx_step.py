@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import triton_python_backend_utils as pb_utils
-
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.settings import OnnxStepSettings
-from pipeline_src.steps.triton_step import StepContext, input_array, split_rows, stack_requests
+from pipeline_src.steps.triton_step import StepContext, answer_stacked
 
 
 class OnnxStep:
@@ -27,12 +25,5 @@ class OnnxStep:
         self.step.logger.log_info(f"{self.step.name}: ONNX Runtime providers {self.model.providers}")
 
     def execute(self, requests):
-        batch, sizes = stack_requests([input_array(request, self.input_name) for request in requests])
-        try:
-            outputs = self.model(batch)
-        except Exception as exc:  # an ONNX Runtime failure fails this batch, reported per request
-            return self.step.internal_errors(requests, exc)
-        return [
-            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(self.output_name, rows)])
-            for rows in split_rows(outputs, sizes)
-        ]
+        return answer_stacked(self.step, requests, [self.input_name],
+                              lambda batch: {self.output_name: self.model(batch[self.input_name])})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -46,9 +46,13 @@ def input_array(request, name: str):
     return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
 
 
+def bytes_rows(values: list[str]) -> np.ndarray:
+    """n strings as the rows of a BYTES tensor, shape [n, 1]."""
+    return np.array([value.encode("utf-8") for value in values], dtype=np.object_).reshape(-1, 1)
+
+
 def bytes_tensor(name: str, values: list[str]) -> pb_utils.Tensor:
-    """A BYTES output of shape [n, 1] from n strings."""
-    return pb_utils.Tensor(name, np.array([value.encode("utf-8") for value in values], dtype=np.object_).reshape(-1, 1))
+    return pb_utils.Tensor(name, bytes_rows(values))
 
 
 def stack_requests(arrays: list) -> tuple[np.ndarray, list[int]]:
@@ -59,3 +63,40 @@ def stack_requests(arrays: list) -> tuple[np.ndarray, list[int]]:
 def split_rows(batch, sizes: list[int]) -> list:
     """Undo the stacking of requests: the rows of ``batch`` back to each request, in order."""
     return np.split(batch, np.cumsum(sizes)[:-1])
+
+
+def answer_stacked(step: StepContext, requests: list, inputs: Sequence[str],
+                   compute: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+                   checks: Mapping[str, Callable[[np.ndarray], str | None]] | None = None) -> list:
+    """The responses, in order, of a step that computes on the stacked rows of all its requests.
+
+    Triton hands over the requests, never concatenated. Each is checked on its own (``checks``: per input,
+    what is wrong with its rows, or None): a bad one gets its own INVALID_ARG naming the step and input
+    (raising would fail every request batched with it). The others are stacked input by input, computed
+    once (``compute``: the stacked inputs -> the outputs, rows in the same order), and each output split
+    back to its requests. A failure of the batched run is INTERNAL for each of its requests. BYTES outputs
+    are object arrays."""
+    responses: list = [None] * len(requests)
+    served, arrays = [], []
+    for index, request in enumerate(requests):
+        values = {name: input_array(request, name) for name in inputs}
+        problem = next((f"{name}: {problem}" for name, check in (checks or {}).items()
+                        if (problem := check(values[name]))), None)
+        if problem:
+            responses[index] = step.error(problem)
+        else:
+            served.append(index)
+            arrays.append(values)
+    if not served:
+        return responses
+    sizes = [len(values[inputs[0]]) for values in arrays]
+    try:
+        outputs = compute({name: stack_requests([values[name] for values in arrays])[0] for name in inputs})
+        answers = [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, rows)
+                                                              for name, rows in zip(outputs, parts)])
+                   for parts in zip(*(split_rows(array, sizes) for array in outputs.values()))]
+    except Exception as exc:  # the batched run failed: INTERNAL, reported per request
+        answers = step.internal_errors([requests[index] for index in served], exc)
+    for index, answer in zip(served, answers):
+        responses[index] = answer
+    return responses

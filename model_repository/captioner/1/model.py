@@ -1,12 +1,9 @@
 """Step 4, BLIP captioning: the image embeddings of all requests of an execute decoded together, greedy,
 on ONNX Runtime with a KV cache; each request's caption as it would be alone."""
 
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
 from pipeline_src.steps.captioning import GreedyCaptioner, standin_info
 from pipeline_src.steps.settings import CaptionerSettings
-from pipeline_src.steps.triton_step import StepContext, bytes_tensor, input_array, split_rows, stack_requests
+from pipeline_src.steps.triton_step import StepContext, answer_stacked, bytes_rows
 
 
 class TritonPythonModel:
@@ -29,13 +26,9 @@ class TritonPythonModel:
             self.step.logger.log_info(f"{self.step.name}: warmed up in {self.captioner.warm_up():.2f} s")
 
     def execute(self, requests):
-        embeds, sizes = stack_requests([input_array(request, "IMAGE_EMBEDS") for request in requests])
-        prompts = [p.decode("utf-8") for request in requests for p in input_array(request, "PROMPT").reshape(-1)]
-        try:
-            captions = self.captioner.caption(embeds, prompts)
-        except Exception as exc:  # a generation failure fails this batch, reported per request
-            return self.step.internal_errors(requests, exc)
-        return [
-            pb_utils.InferenceResponse(output_tensors=[bytes_tensor("CAPTION", list(rows))])
-            for rows in split_rows(np.array(captions, dtype=object), sizes)
-        ]
+        return answer_stacked(self.step, requests, ["IMAGE_EMBEDS", "PROMPT"], self._caption)
+
+    def _caption(self, batch):
+        prompts = [prompt.decode("utf-8") for prompt in batch["PROMPT"].reshape(-1)]
+        captions = self.captioner.caption(batch["IMAGE_EMBEDS"], prompts)
+        return {"CAPTION": bytes_rows(captions)}
