@@ -25,10 +25,6 @@ class StepContext:
         self.device_id = int(args["model_instance_device_id"])
         self.logger = pb_utils.Logger
 
-    @property
-    def torch_device(self) -> str:
-        return f"cuda:{self.device_id}" if self.on_gpu else "cpu"
-
     def error(self, message: str, code: int | None = None) -> pb_utils.InferenceResponse:
         """A response that fails this request alone (INVALID_ARG unless ``code`` says otherwise),
         naming the step: an ensemble's error does not say which step failed."""
