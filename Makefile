@@ -33,7 +33,7 @@ BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json model_r
 # existed gets them from the next `make models`, which rebuilds nothing that is there
 MANIFESTS := $(foreach model,classifier vision_encoder captioner,model_repository/$(model)/1/manifest.json)
 
-.PHONY: install browser models serve perf-analyzer test bench bench-captioner bench-cancellation bench-warm-start soak overload audit clean
+.PHONY: install browser models serve perf-analyzer test bench bench-captioner bench-cancellation bench-warm-start bench-memory soak overload audit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,9 @@ bench-cancellation: install
 # benchmarks/results/warm_start.md.
 bench-warm-start: models
 	$(BIN)/python benchmarks/warm_start.py
+
+bench-memory: models
+	$(BIN)/python benchmarks/step_memory.py
 
 soak: install
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)

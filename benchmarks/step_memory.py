@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""``make bench-memory``: which process of the server holds the memory, idle and under load.
+
+Starts tritonserver on the repository (default: model_repository/, the base stand-in that `make serve`
+serves), measures the PSS of tritonserver and of each step's Python stub once every model is ready, then
+drives ``--concurrency`` gRPC callers through the ensemble (``--rounds`` photos each) while sampling every
+second, and measures again after the load. PSS shares each shared page out among the processes mapping it,
+so the per-process figures add up to the server's total.
+
+Figures to ``benchmarks/results/step_memory.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from food11_client import Food11Client
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling.photos import varied_photos
+from pipeline_src.profiling.report import commit_description, machine_description, write_markdown_table
+from pipeline_src.serving.launcher import TritonServer, free_ports
+
+RESULTS = PROJECT_ROOT / "benchmarks" / "results"
+
+
+def pss_by_process(server_pid: int) -> dict[str, float]:
+    """MiB of PSS for tritonserver and for each stub, named by the model whose model.py it runs."""
+    root = psutil.Process(server_pid)
+    figures = {}
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            memory, command = process.memory_full_info(), process.cmdline()
+        except psutil.Error:
+            continue
+        model_file = next((Path(part) for part in command if part.endswith("model.py")), None)
+        name = "tritonserver" if process.pid == server_pid else (model_file.parent.parent.name if model_file
+                                                                  else " ".join(command[:2]))
+        figures[name] = figures.get(name, 0.0) + memory.pss / 2**20
+    return figures
+
+
+def measure(repository: Path, concurrency: int, rounds: int) -> dict:
+    photos = varied_photos(8)
+    with tempfile.TemporaryDirectory() as work, TritonServer(repository, Path(work), free_ports()) as server:
+        idle = pss_by_process(server.process.pid)
+        peak: dict[str, float] = {}
+
+        def caller(index: int) -> None:
+            with Food11Client(server.grpc_url) as client:
+                for round_ in range(rounds):
+                    client.caption([photos[(index + round_) % len(photos)]])
+
+        callers = [threading.Thread(target=caller, args=(index,)) for index in range(concurrency)]
+        for thread in callers:
+            thread.start()
+        while any(thread.is_alive() for thread in callers):
+            peak = {name: max(mib, peak.get(name, 0.0)) for name, mib in pss_by_process(server.process.pid).items()}
+            time.sleep(1.0)
+        after = pss_by_process(server.process.pid)
+    return {"idle": idle, "peak": peak, "after": after}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-repository", type=Path, default=PROJECT_ROOT / "model_repository")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=6, help="photos per caller")
+    args = parser.parse_args(argv)
+    result = {"machine": machine_description(), "commit": commit_description(), "concurrency": args.concurrency,
+              "rounds": args.rounds, "repository": args.model_repository.name,
+              "command": " ".join(["python benchmarks/step_memory.py", *(sys.argv[1:] if argv is None else argv)]),
+              **measure(args.model_repository.resolve(), args.concurrency, args.rounds)}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "step_memory.json").write_text(json.dumps(result, indent=2) + "\n")
+    names = sorted(result["after"], key=lambda name: -result["after"][name])
+    rows = [{"process": name, **{f"{when} (MiB)": round(result[when].get(name, 0.0)) for when in ("idle", "peak", "after")}}
+            for name in names]
+    rows.append({"process": "total", **{f"{when} (MiB)": round(sum(result[when].values()))
+                                        for when in ("idle", "peak", "after")}})
+    write_markdown_table(RESULTS / "step_memory.md", "Server memory by process (PSS)", [
+        f"`{result['command']}`; commit {result['commit']}; {result['machine']}; repository {result['repository']}.",
+        f"idle: every model ready; peak: the largest of 1 s samples while {args.concurrency} gRPC callers sent "
+        f"{args.rounds} photos each through the ensemble (the total's peak is the sum of per-process peaks); "
+        "after: once the load ended."], ["process", "idle (MiB)", "peak (MiB)", "after (MiB)"], rows)
+    print((RESULTS / "step_memory.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
