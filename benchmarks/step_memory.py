@@ -31,19 +31,28 @@ from pipeline_src.serving.launcher import TritonServer, free_ports
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 
 
-def pss_by_process(server_pid: int) -> dict[str, float]:
-    """MiB of PSS for tritonserver and for each stub, named by the model whose model.py it runs."""
+def processes_by_model(server_pid: int) -> dict[str, list[psutil.Process]]:
+    """tritonserver, and each model's stubs (one per instance), named by the model whose model.py they run."""
     root = psutil.Process(server_pid)
-    figures = {}
-    for process in [root, *root.children(recursive=True)]:
+    groups: dict[str, list[psutil.Process]] = {"tritonserver": [root]}
+    for process in root.children(recursive=True):
         try:
-            memory, command = process.memory_full_info(), process.cmdline()
+            command = process.cmdline()
         except psutil.Error:
             continue
         model_file = next((Path(part) for part in command if part.endswith("model.py")), None)
-        name = "tritonserver" if process.pid == server_pid else (model_file.parent.parent.name if model_file
-                                                                  else " ".join(command[:2]))
-        figures[name] = figures.get(name, 0.0) + memory.pss / 2**20
+        groups.setdefault(model_file.parent.parent.name if model_file else " ".join(command[:2]), []).append(process)
+    return groups
+
+
+def pss_by_process(server_pid: int) -> dict[str, float]:
+    """MiB of PSS of each group of ``processes_by_model``."""
+    figures = {}
+    for name, processes in processes_by_model(server_pid).items():
+        try:
+            figures[name] = sum(process.memory_full_info().pss for process in processes) / 2**20
+        except psutil.Error:
+            continue
     return figures
 
 
@@ -51,6 +60,7 @@ def measure(repository: Path, concurrency: int, rounds: int) -> dict:
     photos = varied_photos(8)
     with tempfile.TemporaryDirectory() as work, TritonServer(repository, Path(work), free_ports()) as server:
         idle = pss_by_process(server.process.pid)
+        instances = {name: len(processes) for name, processes in processes_by_model(server.process.pid).items()}
         peak: dict[str, float] = {}
 
         def caller(index: int) -> None:
@@ -65,7 +75,7 @@ def measure(repository: Path, concurrency: int, rounds: int) -> dict:
             peak = {name: max(mib, peak.get(name, 0.0)) for name, mib in pss_by_process(server.process.pid).items()}
             time.sleep(1.0)
         after = pss_by_process(server.process.pid)
-    return {"idle": idle, "peak": peak, "after": after}
+    return {"idle": idle, "peak": peak, "after": after, "instances": instances}
 
 
 def main(argv=None) -> None:
@@ -81,7 +91,7 @@ def main(argv=None) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "step_memory.json").write_text(json.dumps(result, indent=2) + "\n")
     names = sorted(result["after"], key=lambda name: -result["after"][name])
-    rows = [{"process": name, **{f"{when} (MiB)": round(result[when].get(name, 0.0)) for when in ("idle", "peak", "after")}}
+    rows = [{"process": name, "instances": result["instances"].get(name, 1), **{f"{when} (MiB)": round(result[when].get(name, 0.0)) for when in ("idle", "peak", "after")}}
             for name in names]
     rows.append({"process": "total", **{f"{when} (MiB)": round(sum(result[when].values()))
                                         for when in ("idle", "peak", "after")}})
@@ -89,7 +99,7 @@ def main(argv=None) -> None:
         f"`{result['command']}`; commit {result['commit']}; {result['machine']}; repository {result['repository']}.",
         f"idle: every model ready; peak: the largest of 1 s samples while {args.concurrency} gRPC callers sent "
         f"{args.rounds} photos each through the ensemble (the total's peak is the sum of per-process peaks); "
-        "after: once the load ended."], ["process", "idle (MiB)", "peak (MiB)", "after (MiB)"], rows)
+        "after: once the load ended."], ["process", "instances", "idle (MiB)", "peak (MiB)", "after (MiB)"], rows)
     print((RESULTS / "step_memory.md").read_text())
 
 
