@@ -185,15 +185,19 @@ class Food11Client:
                 raise _translate(exc) from exc
             return _results(response)
         answered, answer = threading.Event(), {}
+        # The deadline counts from the call, as gRPC's would, and an answer after it is late whenever it is
+        # read: a thread kept off the CPU until after the answer came must not turn a late answer into a
+        # timely one.
+        deadline = time.monotonic() + self.timeout_s
 
         def done(result, error):
-            answer.update(result=result, error=error)
+            answer.update(result=result, error=error, at=time.monotonic())
             answered.set()
             self._unanswered.discard(answered)
 
         self._unanswered.add(answered)
         self._client.async_infer(self.model, inputs, callback=done, outputs=outputs)
-        if not answered.wait(self.timeout_s):
+        if not answered.wait(max(0.0, deadline - time.monotonic())) or answer["at"] > deadline:
             raise DeadlineExceededError(gave_up(self.timeout_s, self.server_version()), "StatusCode.DEADLINE_EXCEEDED")
         if answer["error"] is not None:
             raise _translate(answer["error"]) from answer["error"]
