@@ -20,47 +20,26 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
-
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling.photos import varied_photos
 from pipeline_src.profiling.report import commit_description, machine_description, write_markdown_table
+from pipeline_src.profiling.triton_stats import memory_by_model_mib
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 
 
-def processes_by_model(server_pid: int) -> dict[str, list[psutil.Process]]:
-    """tritonserver, and each model's stubs (one per instance), named by the model whose model.py they run."""
-    root = psutil.Process(server_pid)
-    groups: dict[str, list[psutil.Process]] = {"tritonserver": [root]}
-    for process in root.children(recursive=True):
-        try:
-            command = process.cmdline()
-        except psutil.Error:
-            continue
-        model_file = next((Path(part) for part in command if part.endswith("model.py")), None)
-        groups.setdefault(model_file.parent.parent.name if model_file else " ".join(command[:2]), []).append(process)
-    return groups
-
-
-def pss_by_process(server_pid: int) -> dict[str, float]:
-    """MiB of PSS of each group of ``processes_by_model``."""
-    figures = {}
-    for name, processes in processes_by_model(server_pid).items():
-        try:
-            figures[name] = sum(process.memory_full_info().pss for process in processes) / 2**20
-        except psutil.Error:
-            continue
-    return figures
+def pss_by_model(server_pid: int) -> dict[str, float]:
+    return {name: group["pss_mib"] for name, group in memory_by_model_mib(server_pid).items()}
 
 
 def measure(repository: Path, concurrency: int, rounds: int) -> dict:
     photos = varied_photos(8)
     with tempfile.TemporaryDirectory() as work, TritonServer(repository, Path(work), free_ports()) as server:
-        idle = pss_by_process(server.process.pid)
-        instances = {name: len(processes) for name, processes in processes_by_model(server.process.pid).items()}
+        at_start = memory_by_model_mib(server.process.pid)
+        idle = {name: group["pss_mib"] for name, group in at_start.items()}
+        instances = {name: group["processes"] for name, group in at_start.items()}
         peak: dict[str, float] = {}
 
         def caller(index: int) -> None:
@@ -72,9 +51,9 @@ def measure(repository: Path, concurrency: int, rounds: int) -> dict:
         for thread in callers:
             thread.start()
         while any(thread.is_alive() for thread in callers):
-            peak = {name: max(mib, peak.get(name, 0.0)) for name, mib in pss_by_process(server.process.pid).items()}
+            peak = {name: max(mib, peak.get(name, 0.0)) for name, mib in pss_by_model(server.process.pid).items()}
             time.sleep(1.0)
-        after = pss_by_process(server.process.pid)
+        after = pss_by_model(server.process.pid)
     return {"idle": idle, "peak": peak, "after": after, "instances": instances}
 
 

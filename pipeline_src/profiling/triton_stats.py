@@ -4,6 +4,7 @@ server process (tritonserver and its Python backend stubs)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import tritonclient.grpc as grpcclient
@@ -56,20 +57,46 @@ def counters_since(url: str, before: dict[str, ModelCounters]) -> dict[str, dict
             if name in before and counters.requests > before[name].requests}
 
 
+def server_processes(pid: int) -> list[psutil.Process]:
+    """tritonserver and every process it started (the backend stubs)."""
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _memory(process: psutil.Process):
+    try:
+        return process.memory_full_info()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
 def server_memory_mib(pid: int) -> dict[str, float]:
     """Resident memory of a server and all its child processes (the backend stubs), in MiB.
 
     ``rss`` counts shared pages once per process; ``pss`` shares them out (the shared-memory
     regions through which tensors pass between server and stubs are counted once)."""
-    root = psutil.Process(pid)
-    rss = pss = 0
-    processes = 0
-    for process in [root, *root.children(recursive=True)]:
+    measured = [memory for memory in map(_memory, server_processes(pid)) if memory is not None]
+    return {"rss_mib": sum(memory.rss for memory in measured) / 2**20,
+            "pss_mib": sum(getattr(memory, "pss", memory.rss) for memory in measured) / 2**20,
+            "processes": len(measured)}
+
+
+def memory_by_model_mib(pid: int) -> dict[str, dict[str, float]]:
+    """The PSS of tritonserver and of each model's stubs (one per instance), named by the model whose
+    ``model.py`` they run: ``{name: {"pss_mib": ..., "processes": ...}}``."""
+    groups: dict[str, dict[str, float]] = {}
+    for process in server_processes(pid):
+        memory = _memory(process)
         try:
-            memory = process.memory_full_info()
+            command = process.cmdline()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
+            memory = None
+        if memory is None:  # gone, or not ours to read
             continue
-        rss += memory.rss
-        pss += getattr(memory, "pss", memory.rss)
-        processes += 1
-    return {"rss_mib": rss / 2**20, "pss_mib": pss / 2**20, "processes": processes}
+        model_file = next((Path(part) for part in command if part.endswith("model.py")), None)
+        name = ("tritonserver" if process.pid == pid else
+                model_file.parent.parent.name if model_file else " ".join(command[:2]))
+        group = groups.setdefault(name, {"pss_mib": 0.0, "processes": 0})
+        group["pss_mib"] += getattr(memory, "pss", memory.rss) / 2**20
+        group["processes"] += 1
+    return groups

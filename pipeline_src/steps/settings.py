@@ -198,8 +198,8 @@ class LabelAndCaptionSettings(StepSettings):
 
 @dataclass(frozen=True)
 class CaptionerSettings(PrecisionSettings):
-    # The BLIP snapshot the graphs were built from (a stand-in's carries STAND_IN.json), relative to the model
-    # version directory; serving reads only the graphs' folder.
+    # The BLIP snapshot the graphs were built from, relative to the model version directory; serving reads
+    # only its stand-in marker (STAND_IN.json), the graphs' folder holds everything else.
     model_dir: str = "blip"
     # cross_kv.onnx, decoder_step.onnx (and their .int8 twins), decoder.json, tokenizer.json
     graphs_dir: str = "text_decoder"
