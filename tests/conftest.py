@@ -1,25 +1,20 @@
-"""Session fixtures: photos, a model repository built with the tiny stand-ins, and one real
-tritonserver serving it on free ports for the whole test session; on demand, a second repository built
-as from real weights, with its own server and API."""
+"""Fixtures shared by both test folders; shared constants and helpers are in helpers.py.
+
+tests/unit needs no server, no socket and no subprocess server: the pipeline's code, its configs and the
+model files a tiny build makes (the ``model_repository`` fixture below, a few seconds), so
+``pytest tests/unit`` gives fast feedback alone. tests/integration starts the real things: one
+tritonserver for the session, the API on real sockets, a browser, ``scripts/serve.py``; their fixtures
+are in tests/integration/conftest.py. A module that mixes both kinds stays in tests/integration."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import threading
-import time
 from pathlib import Path
 
 import pytest
 import skimage.data
 from PIL import Image
 
-from helpers import encode
-from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
-from pipeline_src.steps.captioning import STANDIN_MARKER
-
-PHOTOS_DIR = Path(__file__).parent / "photos"
-FRUIT_PHOTOS = ("apple.jpg", "orange.jpg", "fruits.jpg")
+from helpers import FRUIT_PHOTOS, PHOTOS_DIR, encode
 
 
 @pytest.fixture(scope="session")
@@ -39,112 +34,3 @@ def model_repository(tmp_path_factory) -> Path:
     from pipeline_src.model_build.cli import build_repository_copy
 
     return build_repository_copy(tmp_path_factory.mktemp("repo") / "model_repository", blip_standin="tiny")
-
-
-@pytest.fixture(scope="session")
-def triton(model_repository, tmp_path_factory) -> TritonServer:
-    """One real tritonserver for the session. Explicit model control lets tests unload the captioner
-    (a real fault) and reload a step with another config."""
-    work_dir = tmp_path_factory.mktemp("triton")
-    server = TritonServer(model_repository, work_dir, free_ports(),
-                          extra_args=("--model-control-mode=explicit", "--load-model=*",
-                                      # Tracing stays OFF until a test turns it on (tests/test_tracing.py).
-                                      f"--trace-config=triton,file={work_dir / 'trace.json'}"))
-    with server:
-        yield server
-    print(f"tritonserver log: {server.log_file}")
-
-
-@pytest.fixture(scope="session")
-def client(triton):
-    from food11_client import Food11Client
-
-    with Food11Client(triton.grpc_url, timeout_s=120) as food11:
-        yield food11
-
-
-@pytest.fixture(scope="session")
-def triton_grpc(triton):
-    """A raw tritonclient for calling single steps and managing models."""
-    import tritonclient.grpc as grpcclient
-
-    raw = grpcclient.InferenceServerClient(triton.grpc_url)
-    yield raw
-    raw.close()
-
-
-class UvicornThread:
-    """A real uvicorn server on a free localhost port, in a thread of the test process."""
-
-    def __init__(self, app):
-        import uvicorn
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> "UvicornThread":
-        self.thread.start()
-        while not self.server.started:
-            if not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-
-@pytest.fixture(scope="session")
-def api_factory(triton):
-    """Start the FastAPI app (real uvicorn, real sockets) with settings of the test's choosing,
-    pointed by default at the session's tritonserver."""
-    from food11_api.app import create_app
-    from food11_api.settings import ApiSettings
-
-    stack = contextlib.ExitStack()
-
-    def start(dependency_overrides=None, **settings):
-        app = create_app(ApiSettings(**{"triton_url": triton.grpc_url, **settings}))
-        app.dependency_overrides.update(dependency_overrides or {})
-        return stack.enter_context(UvicornThread(app))
-
-    with stack:
-        yield start
-
-
-@pytest.fixture(scope="session")
-def api(api_factory):
-    return api_factory(max_upload_bytes=2 * 1024 * 1024)
-
-
-@pytest.fixture(scope="session")
-def real_repository(model_repository, tmp_path_factory):
-    """A repository built as a user with real weights builds it: the classifier from a course-style
-    checkpoint (a state dict), BLIP from a local snapshot without the stand-in marker. Their weights are
-    not trained (none can be fetched here); what is tested is that the build records what it was given."""
-    import torch
-
-    from pipeline_src.model_build.classifier_export import course_mobilenet_v2
-    from pipeline_src.model_build.cli import build_repository_copy
-
-    work = tmp_path_factory.mktemp("real")
-    checkpoint = work / "food11.pth"
-    torch.manual_seed(0)
-    torch.save(course_mobilenet_v2().state_dict(), checkpoint)
-    snapshot = shutil.copytree(model_repository / "captioner" / "1" / "blip", work / "blip-snapshot")
-    (snapshot / STANDIN_MARKER).unlink()  # what makes it a stand-in
-    return build_repository_copy(work / "model_repository",
-                                 models=["--classifier-checkpoint", str(checkpoint), "--blip", str(snapshot)])
-
-
-@pytest.fixture(scope="session")
-def real_api(real_repository, tmp_path_factory):
-    from food11_api.app import create_app
-    from food11_api.settings import ApiSettings
-
-    with TritonServer(real_repository, tmp_path_factory.mktemp("real-triton"), free_ports()) as server:
-        with UvicornThread(create_app(ApiSettings(triton_url=server.grpc_url))) as api:
-            yield api

@@ -1,13 +1,27 @@
-"""Small builders of image bytes for tests."""
+"""What the tests share besides fixtures: the photos, small builders of image bytes, and an upload
+to the API. Imported as ``helpers`` (pytest's ``pythonpath`` puts tests/ on sys.path); fixtures live in
+the conftest.py files, which no test module imports."""
 
 from __future__ import annotations
 
 import io
 import struct
 import zlib
+from pathlib import Path
 
+import httpx
 import numpy as np
 from PIL import Image
+
+PHOTOS_DIR = Path(__file__).parent / "photos"
+FRUIT_PHOTOS = ("apple.jpg", "orange.jpg", "fruits.jpg")
+APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
+
+
+def post_photo(base_url: str, data: bytes, filename: str = "photo.jpg", content_type: str = "image/jpeg",
+               **kwargs) -> httpx.Response:
+    """Upload one photo to the API's /caption, as the photo page does."""
+    return httpx.post(f"{base_url}/caption", files={"photo": (filename, data, content_type)}, timeout=120, **kwargs)
 
 
 def encode(image: Image.Image, fmt: str, **options) -> bytes:

@@ -29,6 +29,7 @@ from pipeline_src import PROJECT_ROOT
 
 TEMPLATES = Path(__file__).parent / "templates"
 DEFAULT_PACKAGE = "pipeline_src.steps"
+DEFAULT_TESTS_DIR = PROJECT_ROOT / "tests" / "unit"  # the step's test needs no server
 SELF_CONTAINED_SUFFIX = "_step"  # NAME_step.py: a module name unlikely to clash with an installed package
 
 # The element types the example computation supports: config spelling (without TYPE_) -> numpy type.
@@ -99,7 +100,7 @@ class Layout:
         return f"{name}{SELF_CONTAINED_SUFFIX}" if self.self_contained else f"{self.package}.{name}"
 
     def logic_file(self, name: str) -> Path:
-        if self.self_contained:
+        if self.source_dir is None:  # self-contained
             return self.model_dir(name) / f"{self.module(name)}.py"
         return self.source_dir / f"{name}.py"
 
@@ -164,7 +165,7 @@ def create_step(spec: StepSpec, layout: Layout) -> list[Path]:
     taken = [path for path in files if path.exists()]
     if taken:
         raise ScaffoldError(f"step {spec.name!r}: {', '.join(map(str, taken))} exist(s) already")
-    if not layout.self_contained and not (layout.source_dir / "__init__.py").is_file():
+    if layout.source_dir is not None and not (layout.source_dir / "__init__.py").is_file():
         raise ScaffoldError(f"{layout.source_dir} is not a package directory (no __init__.py), so "
                             f"{layout.module(spec.name)} would not import")
     if not layout.repository.is_dir():
@@ -219,7 +220,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     place.add_argument("--self-contained", action="store_true",
                        help="put the logic module in the model's folder (<repository>/NAME/NAME_step.py)")
     parser.add_argument("--package", help=f"the dotted package of --source-dir (default: {DEFAULT_PACKAGE})")
-    parser.add_argument("--tests-dir", type=Path, default=PROJECT_ROOT / "tests",
+    parser.add_argument("--tests-dir", type=Path, default=DEFAULT_TESTS_DIR,
                         help="where the unit test goes (default: %(default)s)")
     parser.add_argument("--input", dest="input_name", default=StepSpec.input_name, help="input tensor name "
                         "(default: %(default)s)")

@@ -11,7 +11,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 ACCEPTED_FORMATS = frozenset({"JPEG", "PNG", "WEBP", "BMP", "GIF", "MPO"})  # MPO: multi-picture JPEG
 # The only parsers Image.open may run on an upload. Without this it tries every plugin Pillow has (EPS,
 # PSD, FITS, ...) before the format check, and their bugs are reachable: Pillow 12.0.0's EPS parser loops
-# forever on a 96-byte header (tests/test_bad_input.py). MPO opens through the JPEG plugin.
+# forever on a 96-byte header (tests/integration/test_bad_input.py). MPO opens through the JPEG plugin.
 OPENED_FORMATS = sorted(ACCEPTED_FORMATS - {"MPO"})
 
 CLASSIFIER_SIZE = 224

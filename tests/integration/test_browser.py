@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import PHOTOS_DIR
+from helpers import PHOTOS_DIR
 from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING
 
 pytestmark = pytest.mark.integration

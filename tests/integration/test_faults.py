@@ -1,6 +1,6 @@
 """Faults, each produced for real against a tritonserver of this module's own (the session's stays healthy):
 Triton stopped and back, the captioner's stub process killed, deadlines passing, clients hanging up, a
-step failing to load. README "Failure behaviour" says what the user sees in each."""
+step failing to load. docs/reliability.md "Failure behaviour" says what the user sees in each."""
 
 import logging
 import re
@@ -18,15 +18,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import PHOTOS_DIR
 from food11_client import Food11Client
 from food11_client.cancellation import cancels_safely
+from helpers import APPLE, post_photo
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 pytestmark = pytest.mark.integration
-
-APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -44,23 +42,19 @@ def own_triton(model_repository, tmp_path_factory):
     servers[-1].stop()
 
 
-def post_photo(api_url):
-    return httpx.post(f"{api_url}/caption", files={"photo": ("apple.jpg", APPLE, "image/jpeg")}, timeout=120)
-
-
 def test_triton_stopped_is_503_at_once_and_the_api_recovers_by_itself(own_triton, api_factory):
     servers, start = own_triton
     api = api_factory(triton_url=servers[-1].grpc_url)
-    assert post_photo(api.url).status_code == 200
+    assert post_photo(api.url, APPLE, "apple.jpg").status_code == 200
     servers[-1].stop()
     started = time.perf_counter()
-    response = post_photo(api.url)
+    response = post_photo(api.url, APPLE, "apple.jpg")
     unavailable_after_s = time.perf_counter() - started
     assert response.status_code == 503
     assert unavailable_after_s < 5  # at once: no retry loop (measured ~0.01 s; the bound is for slow CI)
     servers.append(start())  # same ports; the API is not restarted
     for _ in range(60):
-        if (response := post_photo(api.url)).status_code == 200:
+        if (response := post_photo(api.url, APPLE, "apple.jpg")).status_code == 200:
             break
         time.sleep(0.5)
     assert response.status_code == 200  # a short reconnect backoff: gRPC's default could wait up to 120 s
@@ -144,7 +138,7 @@ def test_a_client_that_hangs_up_is_logged_with_its_calls_fate_and_the_api_serves
     with Food11Client(server.grpc_url) as client:
         fate = "was cancelled" if cancels_safely(client.server_version()) else "runs to its end"
     assert f"request hangs-up-1: POST /caption: the client disconnected; its Triton call {fate}" in caplog.text
-    assert post_photo(api.url).status_code == 200
+    assert post_photo(api.url, APPLE, "apple.jpg").status_code == 200
     assert server.process.poll() is None
 
 

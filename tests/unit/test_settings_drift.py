@@ -1,5 +1,6 @@
-"""Each step setting has one home, its settings class: every config that names the class, README's
-configuration table and the scaffold's template say what the class says, or these fail."""
+"""Each step setting has one home, its settings class: every config that names the class, the
+configuration table (docs/configuration.md) and the scaffold's template say what the class says, or
+these fail."""
 
 import re
 import sys
@@ -39,14 +40,15 @@ def drift(config: Path) -> list[str]:
 
 
 def shown(value) -> str:
-    """A default as README's table writes it."""
+    """A default as the configuration table writes it."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def readme_configuration_table() -> dict[tuple[str, str], str]:
-    """(step, parameter) -> default, from README's "Configuration" table (a row may list several
-    parameters, comma-separated in both columns)."""
-    section = PROJECT_ROOT.joinpath("README.md").read_text().split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    """(step, parameter) -> default, from the "Configuration" table of docs/configuration.md (a row may
+    list several parameters, comma-separated in both columns)."""
+    text = PROJECT_ROOT.joinpath("docs", "configuration.md").read_text()
+    section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
     table = {}
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
@@ -56,7 +58,7 @@ def readme_configuration_table() -> dict[tuple[str, str], str]:
         values = [defaults.strip("`")] if len(names) == 1 else [value.strip().strip("`") for value in defaults.split(", ")]
         assert len(values) == len(names), line
         for name, value in zip(names, values):
-            assert (step, name) not in table, f"README lists {step}'s {name} twice"
+            assert (step, name) not in table, f"docs/configuration.md lists {step}'s {name} twice"
             table[step, name] = value
     return table
 

@@ -10,12 +10,10 @@ import httpx
 import pytest
 from starlette.formparsers import MultiPartParser
 
-from conftest import PHOTOS_DIR
 from food11_api.app import get_client
+from helpers import APPLE
 
 pytestmark = pytest.mark.integration
-
-APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
 
 
 def raw_request(port: int, head: bytes) -> str:

@@ -48,7 +48,7 @@ def _wait_for_new_trace(trace_file: Path, known: set[Path], timeout_s: float = 6
 
 def test_one_traced_request_shows_all_five_steps_with_the_captioner_under_the_bls_step(triton_grpc, photos):
     trace_file = Path("".join(_settings(triton_grpc)["trace_file"]))
-    assert trace_file.name, "tritonserver needs --trace-config triton,file=<path> (tests/conftest.py)"
+    assert trace_file.name, "tritonserver needs --trace-config triton,file=<path> (tests/integration/conftest.py)"
     assert _settings(triton_grpc, ENSEMBLE)["trace_level"] == ["OFF"]
     known = set(trace_file.parent.glob(f"{trace_file.name}.*"))
     request_id = f"trace-test-{uuid.uuid4().hex}"

@@ -5,14 +5,13 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from helpers import FRUIT_PHOTOS
 from pipeline_src.steps.classification import predict
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.labels import FOOD11_CLASSES
 from pipeline_src.model_build import classifier_export
 from pipeline_src.model_build.cli import main as build_models
 from pipeline_src.model_build.imagenet_food11 import IMAGENET_TO_FOOD11, UNCOVERED_CLASSES, ImageNetToFood11
-
-from conftest import FRUIT_PHOTOS
 
 
 def test_imagenet_table_names_match_torchvisions_class_list():

@@ -4,11 +4,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import PHOTOS_DIR
+from helpers import APPLE
 
 pytestmark = pytest.mark.integration
-
-APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
 
 
 def samples(api_url) -> dict[tuple, float]:

@@ -5,12 +5,10 @@ import asyncio
 
 import pytest
 
-from conftest import PHOTOS_DIR
 from food11_client import AsyncFood11Client, DeadlineExceededError, Food11Client
 from food11_client.cancellation import cancels_safely
+from helpers import APPLE
 from pipeline_src.serving.launcher import TritonServer, free_ports
-
-APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
 
 
 @pytest.mark.parametrize("version, safe", [("2.51.0", False), ("2.52.0", False), ("2.53.0", True),

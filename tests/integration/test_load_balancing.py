@@ -7,12 +7,10 @@ import httpx
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import PHOTOS_DIR
+from helpers import APPLE
 from pipeline_src.serving.launcher import Ports, TritonServer, free_port
 
 pytestmark = pytest.mark.integration
-
-APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
 
 
 @pytest.fixture(scope="module")

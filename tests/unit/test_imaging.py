@@ -1,17 +1,15 @@
 """Decoding once, refusing bad images, and both tensors as the models expect them."""
 
 import io
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import encode, gradient, png_header_only
+from helpers import APPLE, encode, gradient, png_header_only
 from pipeline_src.steps.imaging import ImageRejected, captioner_tensor, classifier_tensor, decode_rgb, image_tensors
 
 CAP = 40_000_000
-APPLE_JPEG = (Path(__file__).parent / "photos" / "apple.jpg").read_bytes()
 
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP", "BMP", "GIF"])
@@ -62,7 +60,7 @@ def test_transparent_pixels_become_white():
     (b"", "empty image"),
     (b"this is not an image at all", "cannot decode"),
     (encode(gradient(), "JPEG")[:200], "cannot decode the image header"),
-    (APPLE_JPEG[: len(APPLE_JPEG) // 2], "cannot decode JPEG image"),
+    (APPLE[: len(APPLE) // 2], "cannot decode JPEG image"),
     (encode(gradient(), "TIFF"), "cannot decode: not a JPEG"),  # Pillow's TIFF parser never runs
 ])
 def test_bad_bytes_are_rejected_with_the_reason(data, reason):
@@ -73,8 +71,8 @@ def test_bad_bytes_are_rejected_with_the_reason(data, reason):
 def test_damaged_exif_is_refused_with_the_reason_not_a_crash():
     """Found by the decode fuzz: a flipped byte in the EXIF block's TIFF header made Pillow raise
     SyntaxError from inside exif_transpose, past the step's own rejection."""
-    magic = APPLE_JPEG.index(b"MM\x00*")  # the EXIF block's big-endian TIFF header
-    damaged = APPLE_JPEG[:magic] + b"\x00M" + APPLE_JPEG[magic + 2:]
+    magic = APPLE.index(b"MM\x00*")  # the EXIF block's big-endian TIFF header
+    damaged = APPLE[:magic] + b"\x00M" + APPLE[magic + 2:]
     with pytest.raises(ImageRejected, match="cannot read the image's EXIF orientation: not a TIFF file"):
         decode_rgb(damaged, CAP)
 

@@ -9,10 +9,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from food11_client import AsyncFood11Client
+from helpers import FRUIT_PHOTOS
 from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.labels import FOOD11_CLASSES
-
-from conftest import FRUIT_PHOTOS
 
 pytestmark = pytest.mark.integration
 TEMPLATE = "a photo of {label},"  # model_repository/label_and_caption/config.pbtxt

@@ -14,14 +14,10 @@ from PIL import Image
 from tritonclient.utils import InferenceServerException
 
 from food11_client import InvalidImageError
-from helpers import encode, gradient, png_header_only
+from helpers import APPLE, encode, gradient, png_header_only, post_photo
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
-from conftest import PHOTOS_DIR
-
 pytestmark = pytest.mark.integration
-
-APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
 
 
 def animated_gif() -> bytes:
@@ -66,10 +62,6 @@ ACCEPTED = {
     "palette PNG": encode(gradient().convert("P"), "PNG"),
     "animated GIF": animated_gif(),
 }
-
-
-def post_photo(base_url, data, filename="photo.jpg", content_type="image/jpeg"):
-    return httpx.post(f"{base_url}/caption", files={"photo": (filename, data, content_type)}, timeout=120)
 
 
 def assert_a_real_result(label, probability, caption_status):

@@ -8,13 +8,10 @@ import httpx
 import pytest
 
 from food11_api.app import get_client
+from helpers import post_photo
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 pytestmark = pytest.mark.integration
-
-
-def post_photo(base_url, data, filename="photo.jpg", **kwargs):
-    return httpx.post(f"{base_url}/caption", files={"photo": (filename, data, "image/jpeg")}, timeout=120, **kwargs)
 
 
 def test_caption_upload_returns_label_probability_caption_and_time(api, photos):

@@ -24,7 +24,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.repository.scaffold import Layout, ScaffoldError, StepSpec, create_step, main, plan_files
+from pipeline_src.repository.scaffold import DEFAULT_TESTS_DIR, Layout, ScaffoldError, StepSpec, create_step, main, plan_files
 from pipeline_src.repository.validate import validate_repository
 
 
@@ -62,13 +62,13 @@ def run_generated_tests(tests_dir: Path, pythonpath: Path) -> subprocess.Complet
 # --- what it creates ------------------------------------------------------------------------------------
 
 def test_by_default_the_step_goes_to_the_repository_pipeline_src_steps_and_tests():
-    layout = Layout(PROJECT_ROOT / "model_repository", PROJECT_ROOT / "tests", PROJECT_ROOT / "pipeline_src" / "steps")
+    layout = Layout(PROJECT_ROOT / "model_repository", DEFAULT_TESTS_DIR, PROJECT_ROOT / "pipeline_src" / "steps")
     files = plan_files(StepSpec("crop_scores"), layout)  # planned only: nothing is written
     assert sorted(path.relative_to(PROJECT_ROOT).as_posix() for path in files) == [
         "model_repository/crop_scores/1/model.py",
         "model_repository/crop_scores/config.pbtxt",
         "pipeline_src/steps/crop_scores.py",
-        "tests/test_step_crop_scores.py",
+        "tests/unit/test_step_crop_scores.py",
     ]
     config = text_format.Parse(files[PROJECT_ROOT / "model_repository/crop_scores/config.pbtxt"],
                                model_config_pb2.ModelConfig())

@@ -10,8 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from conftest import FRUIT_PHOTOS, PHOTOS_DIR
-from helpers import encode
+from helpers import FRUIT_PHOTOS, PHOTOS_DIR, encode
 from pipeline_src.steps.imaging import ImageRejected, image_tensors
 
 MAX_PIXELS = 40_000_000  # preprocess's default cap
