@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -21,29 +20,25 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient_aio
 
 from food11_client import AsyncFood11Client
-from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.cli import build_repository_copy
 from pipeline_src.profiling.load import run_load
+from pipeline_src.profiling.percentiles import percentiles_ms
 from pipeline_src.profiling.photos import base_photos
-from pipeline_src.profiling.report import commit_description, machine_description
+from pipeline_src.profiling.results import parse_benchmark_args, portable_path, write_results
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.serving.serve import ApiProcess
 
-RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 BATCHED_STEPS = ("classifier", "captioner")
-
-
-def percentiles(values, prefix: str) -> dict:
-    return {f"{prefix}_p50_ms": float(np.percentile(values, 50)), f"{prefix}_p95_ms": float(np.percentile(values, 95))}
+QUANTILES = (50, 95)
 
 
 def summary(latencies: list[float], timings: list[dict], wall_s: float) -> dict:
     figures = {"requests": len(latencies), "rps": len(latencies) / wall_s,
-               **percentiles(np.array(latencies) * 1000, "latency")}
+               **percentiles_ms(np.array(latencies) * 1000, QUANTILES, "latency_")}
     if timings:
         app, triton, latency = (np.array([t[key] for t in timings]) for key in ("app", "triton", "latency"))
-        figures |= percentiles(latency - triton, "api_added")  # everything the HTTP hop costs
-        figures |= percentiles(app - triton, "api_server")  # of which: inside the API process
+        figures |= percentiles_ms(latency - triton, QUANTILES, "api_added_")  # everything the HTTP hop costs
+        figures |= percentiles_ms(app - triton, QUANTILES, "api_server_")  # of which: inside the API process
     return figures
 
 
@@ -100,9 +95,9 @@ async def benchmark(photos: list[bytes], grpc_url: str, api_url: str, levels: li
 
 def markdown(result: dict) -> str:
     lines = [
-        f"# API vs direct gRPC ({result['blip']}; {result['machine']})", "",
+        f"# API vs direct gRPC ({result['blip']})", "",
         f"{result['requests_per_path_and_level']} requests per path and level, same {result['photos']} photos, "
-        f"rounds alternating between paths. Command: `{result['command']}`", "",
+        "rounds alternating between paths.", "",
         "| concurrency | gRPC req/s | API req/s | API/gRPC throughput | gRPC p50 / p95 ms | API p50 / p95 ms "
         "| p50 difference ms | API hop p50 / p95 ms | of which API server p50 / p95 ms "
         "| classifier / captioner mean batch |",
@@ -135,7 +130,7 @@ def main(argv=None) -> None:
     parser.add_argument("--requests", type=int, default=48, help="requests per path, level and round")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds per level")
     parser.add_argument("--name", default="api_vs_grpc", help="results file name, without extension")
-    args = parser.parse_args(argv)
+    args = parse_benchmark_args(parser, argv)
 
     photos = base_photos()
     with tempfile.TemporaryDirectory() as scratch:
@@ -150,18 +145,13 @@ def main(argv=None) -> None:
                 api.stop()
 
     result = {
-        "blip": f"BLIP stand-in {args.blip_standin}" if not args.repository else f"repository {args.repository}",
-        "machine": machine_description(),
-        "commit": commit_description(),
+        "blip": f"BLIP stand-in {args.blip_standin}" if not args.repository
+        else f"repository {portable_path(args.repository)}",
         "photos": len(photos),
         "requests_per_path_and_level": args.requests * args.rounds,
-        "command": " ".join(["python", "benchmarks/api_vs_grpc.py", *sys.argv[1:]]),
         "rows": rows,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"{args.name}.md").write_text(markdown(result))
-    print(markdown(result))
+    print(write_results(args.name, result, markdown(result)).read_text())
 
 
 if __name__ == "__main__":

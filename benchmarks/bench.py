@@ -22,7 +22,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -33,17 +32,20 @@ from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.in_process import InProcessPipeline, best_seconds, step_settings
 from pipeline_src.profiling.load import latency_summary, run_load
+from pipeline_src.profiling.memory import MemorySampler, server_memory_mib
 from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.profiling.photos import varied_photos
 from pipeline_src.profiling.plots import latency_plot, step_split_plot, throughput_plot
-from pipeline_src.profiling.report import commit_description, machine_description, markdown_table, write_csv
+from pipeline_src.profiling.report import markdown_table, write_csv
+from pipeline_src.profiling.results import (RESULTS_DIR, Provenance, collect_provenance, parse_benchmark_args,
+                                            write_results)
 from pipeline_src.repository.bls_calls import bls_callees
-from pipeline_src.profiling.triton_stats import counters_since, model_counters, server_memory_mib
+from pipeline_src.profiling.triton_stats import counters_since, model_counters
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports, wait_for_http
 from pipeline_src.serving.serve import ApiProcess
 from pipeline_src.steps.captioning import standin_info
+from pipeline_src.steps.settings import CaptionerSettings
 
-RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 ENSEMBLE = "food11_pipeline"
 STEPS = ("preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner")
 
@@ -63,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--soak-seconds", type=float, default=300.0)
     parser.add_argument("--soak-concurrency", type=int, default=8)
     parser.add_argument("--name", default="bench", help="results file names, without extension")
-    return parser.parse_args(argv)
+    return parse_benchmark_args(parser, argv)
 
 
 def perf_sweep(triton: TritonServer, input_files: dict[str, Path], args, scratch: Path) -> tuple[list, list]:
@@ -136,14 +138,6 @@ def course_baseline(repository: Path, photos: list[bytes], args) -> list[dict]:
 
 def soak(triton: TritonServer, photos: list[bytes], concurrency: int, seconds: float) -> dict:
     """Load at ``concurrency`` for ``seconds`` (bounded in count too), sampling server memory."""
-    samples: list[dict] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        started = time.monotonic()
-        while not stop.wait(0 if not samples else 10.0):
-            samples.append({"t_s": time.monotonic() - started, **server_memory_mib(triton.process.pid)})
-
     async def load() -> tuple:
         async with AsyncFood11Client(triton.grpc_url, timeout_s=900) as client:
             async def call(photo: bytes) -> None:
@@ -151,16 +145,10 @@ def soak(triton: TritonServer, photos: list[bytes], concurrency: int, seconds: f
 
             return await run_load(call, photos, concurrency, 100_000, until=time.monotonic() + seconds)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    latencies, _, wall = asyncio.run(load())
-    stop.set()
-    sampler.join()
-    samples.append({"t_s": wall, **server_memory_mib(triton.process.pid)})
-    first, peak, last = samples[0]["pss_mib"], max(s["pss_mib"] for s in samples), samples[-1]["pss_mib"]
-    return {"concurrency": concurrency, "seconds": wall, **latency_summary(latencies, wall),
-            "pss_first_mib": first, "pss_peak_mib": peak, "pss_last_mib": last,
-            "growth_peak_over_first": peak / first - 1, "samples": samples}
+    with MemorySampler([triton.process.pid], every_s=10.0) as sampler:
+        latencies, _, wall = asyncio.run(load())
+    return {"concurrency": concurrency, "seconds": wall, **latency_summary(latencies, wall), **sampler.growth(),
+            "samples": sampler.samples}
 
 
 def offline_limit(repository: Path, photos: list[bytes], batches=(1, 2, 4, 8, 16)) -> dict:
@@ -211,24 +199,24 @@ def targets(rows: list[dict], api: list[dict], course: list[dict], soaked: dict,
     return checks
 
 
-def write_results(name: str, result: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    subtitle = f"{result['blip']}, commit {result['commit']}\n{result['machine']}"
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    write_csv(RESULTS / f"{name}.csv", result["perf_analyzer"])
+def write_bench_results(name: str, result: dict, provenance: Provenance) -> Path:
+    """JSON and markdown through the shared writer; beside them the CSV and the plots, which name the commit."""
+    commit = provenance.commit + ("" if provenance.clean else " (DIRTY TREE)")
+    subtitle = f"{result['blip']}, commit {commit}\n{provenance.machine}"
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    write_csv(RESULTS_DIR / f"{name}.csv", result["perf_analyzer"])
     measured = [row for row in result["perf_analyzer"] if "throughput" in row]
-    throughput_plot(RESULTS / f"{name}_throughput.png", measured, subtitle)
-    latency_plot(RESULTS / f"{name}_latency.png", measured, ENSEMBLE, subtitle)
+    throughput_plot(RESULTS_DIR / f"{name}_throughput.png", measured, subtitle)
+    latency_plot(RESULTS_DIR / f"{name}_latency.png", measured, ENSEMBLE, subtitle)
     if result["step_split"]:
-        step_split_plot(RESULTS / f"{name}_step_split.png", result["step_split"], subtitle)
-    write_markdown(RESULTS / f"{name}.md", name, result)
+        step_split_plot(RESULTS_DIR / f"{name}_step_split.png", result["step_split"], subtitle)
+    return write_results(name, result, markdown(name, result), provenance=provenance)
 
 
-def write_markdown(path: Path, name: str, result: dict) -> None:
+def markdown(name: str, result: dict) -> str:
     sections = [
         (f"Benchmark: {result['blip']}", [
-            f"Machine: {result['machine']}. Commit {result['commit']}. Captioner on the CPU in "
-            f"{result['offline']['captioner_precision']}. Command: `{result['command']}`. Plots: "
+            f"Captioner on the CPU in {result['offline']['captioner_precision']}. Plots: "
             f"`{name}_throughput.png`, `{name}_latency.png`, `{name}_step_split.png`; every row in `{name}.csv`.",
             f"Server memory (PSS of tritonserver and its {result['memory_before']['processes'] - 1} stub processes): "
             f"{result['memory_before']['pss_mib']:.0f} MiB after warm-up, {result['memory_after']['pss_mib']:.0f} MiB "
@@ -257,13 +245,13 @@ def write_markdown(path: Path, name: str, result: dict) -> None:
             f"{soak['throughput']:.2f} req/s, p50 {soak['p50_ms']:.0f} ms, p99 {soak['p99_ms']:.0f} ms. Server PSS "
             f"{soak['pss_first_mib']:.0f} MiB first, {soak['pss_peak_mib']:.0f} MiB peak, {soak['pss_last_mib']:.0f} MiB "
             f"last ({soak['growth_peak_over_first'] * 100:+.1f} % peak over first).\n")
-    path.write_text("\n".join(parts))
+    return "\n".join(parts)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     repository = args.repository.resolve()
-    standin = standin_info(repository / "captioner" / "1" / step_settings(repository, "captioner").model_dir)
+    standin = standin_info(repository / "captioner" / "1" / step_settings(repository, "captioner", CaptionerSettings).model_dir)
     photos = varied_photos(args.photos)
     scratch = PROJECT_ROOT / "build" / "bench"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -286,15 +274,12 @@ def main(argv=None) -> None:
 
     result = {
         "blip": f"BLIP stand-in {standin['size']} (random weights)" if standin else "BLIP (real weights)",
-        "machine": machine_description(), "commit": commit_description(),
-        "command": " ".join(["python", "benchmarks/bench.py", *sys.argv[1:]]),
         "photos": len(photos), "memory_before": memory_before, "memory_after": memory_after,
         "perf_analyzer": rows, "step_split": splits, "api": api_rows, "course": course_rows,
         "soak": soaked, "offline": offline,
     }
     result["targets"] = targets(rows, api_rows, course_rows, soaked, offline)
-    write_results(args.name, result)
-    print((RESULTS / f"{args.name}.md").read_text())
+    print(write_bench_results(args.name, result, collect_provenance()).read_text())
 
 
 async def _warm_up(grpc_url: str, photos: list[bytes]) -> None:

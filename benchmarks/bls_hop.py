@@ -16,8 +16,6 @@ Writes benchmarks/results/bls_hop.{md,json}. Not a test: nothing here asserts, t
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 import time
 from importlib.metadata import version
@@ -26,12 +24,10 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling.load import latency_summary
-from pipeline_src.profiling.report import commit_description, machine_description
+from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
-RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 MAX_BATCH = 8
 
 IDENTITY_PY = '''
@@ -195,10 +191,10 @@ def comparisons(figures: dict) -> dict:
 
 
 def markdown(result: dict) -> str:
-    lines = [f"# One BLS hop against one ensemble hop ({result['machine']})", "",
+    lines = ["# One BLS hop against one ensemble hop", "",
              f"Concurrency 1, {result['requests_per_path']} requests per path and tensor size ({result['rounds']} "
              f"rounds rotating the paths' order, after {result['warmup']} warm-up requests each), tritonserver "
-             f"{result['server']}. Command: `{result['command']}`", ""]
+             f"{result['server']}.", ""]
     for size in result["sizes"]:
         figures, compared = size["paths"], size["comparisons"]
         lines += [f"## X: FP32 [1, {', '.join(map(str, size['shape']))}] ({size['bytes']:,} bytes)", "",
@@ -228,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="(default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=20, help="warm-up requests per path (default: %(default)s)")
     parser.add_argument("--name", default="bls_hop", help="results file name, without extension")
-    args = parser.parse_args(argv)
+    args = parse_benchmark_args(parser, argv)
 
     sizes = []
     for shape in ((16,), (3, 384, 384)):
@@ -237,17 +233,11 @@ def main(argv: list[str] | None = None) -> None:
         sizes.append({"shape": list(shape), "bytes": int(np.prod(shape)) * 4, "paths": figures,
                       "comparisons": comparisons(figures)})
     result = {
-        "machine": machine_description(),
-        "commit": commit_description(),
         "server": f"2.51 (nvidia-pytriton {version('nvidia-pytriton')})",
         "requests_per_path": args.requests * args.rounds, "rounds": args.rounds, "warmup": args.warmup,
-        "command": " ".join(["python", "benchmarks/bls_hop.py", *sys.argv[1:]]),
         "sizes": sizes,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"{args.name}.md").write_text(markdown(result))
-    print(markdown(result))
+    print(write_results(args.name, result, markdown(result)).read_text())
 
 
 if __name__ == "__main__":

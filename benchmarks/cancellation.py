@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import tempfile
 from pathlib import Path
 
@@ -22,10 +21,10 @@ from tritonclient.utils import InferenceServerException
 
 from food11_client import AsyncFood11Client, Food11Client, PipelineError
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.report import commit_description, machine_description, markdown_table
+from pipeline_src.profiling.report import markdown_table
+from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
-RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 APPLE = (PROJECT_ROOT / "tests" / "photos" / "apple.jpg").read_bytes()
 
 
@@ -70,7 +69,7 @@ def main(argv=None) -> None:
     parser.add_argument("--deadlines-ms", type=float, nargs="+", default=[3, 10, 30, 100])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=8)
-    args = parser.parse_args(argv)
+    args = parse_benchmark_args(parser, argv)
     repository = args.model_repository
     if repository is None:
         from pipeline_src.model_build.cli import build_repository_copy
@@ -83,20 +82,16 @@ def main(argv=None) -> None:
              "survived": trial(repository, way, deadline_ms / 1000, args.rounds, args.concurrency, seen)}
             for way in ("raw gRPC", "food11_client") for deadline_ms in args.deadlines_ms]
     version = seen["triton"]
-    meta = {"commit": commit_description(), "machine": machine_description(), "triton": version,
-            "rounds": args.rounds, "concurrency": args.concurrency}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "cancellation.json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
     table = markdown_table(
         "Calls given up on: does tritonserver survive?",
-        [f"commit {meta['commit']}, {meta['machine']}, tritonserver {version}. Per deadline a fresh server, "
+        [f"tritonserver {version}. Per deadline a fresh server, "
          f"{args.rounds} rounds of {args.concurrency} concurrent calls with that deadline (tiny stand-ins), "
          "then one call without: survived = still running and answering."],
         ["way", "deadline (ms)", "survived"],
         [{**row, "deadline (ms)": f"{row['deadline_ms']:g}", "survived": "yes" if row["survived"] else "**no**"}
          for row in rows])
-    (RESULTS / "cancellation.md").write_text(table)
-    print(table)
+    result = {"triton": version, "rounds": args.rounds, "concurrency": args.concurrency, "rows": rows}
+    print(write_results("cancellation", result, table).read_text())
 
 
 if __name__ == "__main__":

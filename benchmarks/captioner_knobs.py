@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +21,9 @@ from pathlib import Path
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling.in_process import InProcessPipeline
 from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.report import commit_description, machine_description, write_markdown_table
+from pipeline_src.profiling.report import markdown_table
+from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.steps.precision import read_fidelity
-
-RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--knobs", nargs="+", help="only the knobs whose names start with these")
     parser.add_argument("--name", default="captioner_knobs")
-    args = parser.parse_args(argv)
+    args = parse_benchmark_args(parser, argv)
 
     photos = varied_photos(max(max(args.batches), 8))
     pipeline = InProcessPipeline(args.repository)
@@ -92,21 +90,17 @@ def main(argv=None) -> None:
     fidelity = {step: read_fidelity(path) for step, path in (
         ("vision_encoder", args.repository / "vision_encoder" / "1"),
         ("text_decoder", args.repository / "captioner" / "1" / "text_decoder"))}
-    result = {"machine": machine_description(), "commit": commit_description(),
-              "max_new_tokens": pipeline.captioner_settings.max_new_tokens, "photos": len(photos),
-              "command": " ".join(["python", "benchmarks/captioner_knobs.py", *sys.argv[1:]]), "rows": rows,
+    result = {"max_new_tokens": pipeline.captioner_settings.max_new_tokens, "photos": len(photos), "rows": rows,
               "fidelity": fidelity}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     columns = ["knob"] + [f"img_per_s_batch_{b}" for b in args.batches] + [
         "best_vs_course", "identical_to_course", "note"]
     int8 = "; ".join(f"{step} int8 teacher-forced top-1 {figures['options']['int8']['teacher_forced_top1']:.1%}"
                      for step, figures in fidelity.items() if figures)
-    write_markdown_table(RESULTS / f"{args.name}.md", f"BLIP captioner knobs ({result['machine']})",
-                         [f"Commit {result['commit']}. Repository `{args.repository.name}` (BLIP stand-in base), "
-                          f"{result['max_new_tokens']} new tokens, greedy, {len(photos)} photos with the pipeline's "
-                          f"prompts. Command: `{result['command']}`. Build-time fidelity: {int8}."],
-                         columns, rows)
+    print(write_results(args.name, result, markdown_table(
+        "BLIP captioner knobs",
+        [f"Repository `{args.repository.name}` (BLIP stand-in base), {result['max_new_tokens']} new tokens, greedy, "
+         f"{len(photos)} photos with the pipeline's prompts. Build-time fidelity: {int8}."],
+        columns, rows)).read_text())
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,16 +34,18 @@ from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.in_process import InProcessPipeline, step_settings
+from pipeline_src.profiling.memory import server_memory_mib
+from pipeline_src.profiling.percentiles import percentile
 from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.report import commit_description, machine_description, markdown_table
-from pipeline_src.profiling.triton_stats import server_memory_mib
+from pipeline_src.profiling.report import markdown_table
+from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_ports
 from pipeline_src.steps.classification import STATUS_OK, build_prompt
 from pipeline_src.steps.precision import read_fidelity
+from pipeline_src.steps.settings import LabelAndCaptionSettings
 
-RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 ENSEMBLE = "food11_pipeline"
 INT8_STEPS = ("vision_encoder", "captioner")
 
@@ -60,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the bin folder of a virtualenv whose Python imports the previous checkout")
     parser.add_argument("--previous-repository", type=Path, help="that checkout's built model repository")
     parser.add_argument("--name", default="captioner_speed")
-    return parser.parse_args(argv)
+    return parse_benchmark_args(parser, argv)
 
 
 def course_way(repository: Path, photos: list[bytes]) -> dict:
@@ -74,7 +74,7 @@ def course_way(repository: Path, photos: list[bytes]) -> dict:
         latencies.append(time.perf_counter() - started)
     return {"path": "course: Hugging Face fp32 generate, one photo at a time, in-process",
             "concurrency": 1, "throughput": len(photos) / sum(latencies),
-            "p50_ms": 1000 * statistics.median(latencies)}
+            "p50_ms": 1000 * percentile(latencies, 50)}
 
 
 class TritonWithPython(TritonServer):
@@ -136,7 +136,7 @@ def caption_check(grpc_url: str, repository: Path, photos: list[bytes]) -> dict:
     pixels = raw.infer("preprocess", [image], outputs=[grpcclient.InferRequestedOutput("CAPTIONER_PIXELS")]
                        ).as_numpy("CAPTIONER_PIXELS")
     raw.close()
-    template = step_settings(repository, "label_and_caption").prompt_template  # the prompt the pipeline used
+    template = step_settings(repository, "label_and_caption", LabelAndCaptionSettings).prompt_template  # the prompt the pipeline used
     prompts = [build_prompt(template, r.label) if r.caption_status == STATUS_OK else "" for r in results]
     course = HuggingFaceCaptioner.load(repository / "captioner" / "1" / "blip", max_new_tokens=20)
     expected = course.caption(pixels, prompts)
@@ -162,8 +162,7 @@ def previous(args, input_file: Path, scratch: Path) -> list[dict]:
 def main(argv=None) -> None:
     args = parse_args(argv)
     photos = varied_photos(args.photos)
-    result = {"machine": machine_description(), "commit": commit_description(), "photos": len(photos),
-              "command": " ".join(["python", "benchmarks/captioner_speed.py", *(sys.argv[1:] if argv is None else argv)])}
+    result = {"photos": len(photos)}
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         input_file = write_input_data(args.repository, photos, scratch / "input")[ENSEMBLE]
@@ -185,18 +184,14 @@ def main(argv=None) -> None:
     for row in [*result["exact"], *result["int8"], *result.get("previous", [])]:
         row["vs_course"] = row["throughput"] / course
         row["p50_vs_course_p50"] = row["p50_ms"] / result["course"]["p50_ms"]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"{args.name}.md").write_text(report(result))
-    print(report(result))
+    print(write_results(args.name, result, report(result)).read_text())
 
 
 def report(result: dict) -> str:
     rows = [result["course"], *result["exact"], *result["int8"], *result.get("previous", [])]
     fidelity = result["fidelity"]
     paragraphs = [
-        f"Machine: {result['machine']}. Commit {result['commit']}. {result['photos']} photos "
-        f"(`varied_photos`), BLIP stand-in base, 20 new tokens, greedy. Command: `{result['command']}`.",
+        f"{result['photos']} photos (`varied_photos`), BLIP stand-in base, 20 new tokens, greedy.",
         f"Served captions identical to Hugging Face fp32 `generate` on the preprocessing step's pixels and the "
         f"pipeline's prompt: exact {result['exact_captions']['captions_identical_to_hugging_face']} of "
         f"{result['exact_captions']['captions']}, int8 {result['int8_captions']['captions_identical_to_hugging_face']}"

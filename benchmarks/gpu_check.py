@@ -5,9 +5,11 @@ Hugging Face fp32 ``generate`` on the CPU (the reference), on the build's check 
 the CPU, on CUDA as served (fp32, TF32 off), on CUDA with ONNX Runtime's default TF32, and fp16 graphs
 (an experiment: fp32 at the graphs' edges, fp16 inside). Also Hugging Face fp32 on the GPU, one photo at a
 time, for speed. In-process, no Triton. Writes gpu_check.json and gpu_check.md to $OUT (the device tool's
-folder) or benchmarks/results/; FOOD11_COMMIT names the commit where the checkout has no .git.
+folder) or benchmarks/results/; FOOD11_COMMIT names the commit where the checkout has no .git (``abc1234+dirty``:
+a tree with uncommitted changes, which needs --allow-dirty).
 """
 
+import argparse
 import json
 import os
 import time
@@ -25,34 +27,31 @@ from pipeline_src.model_build.blip_snapshot import save_standin
 from pipeline_src.steps import onnx_runtime
 from pipeline_src.steps.captioning import (CROSS_KV_FILE, DECODER_SHAPE_FILE, DECODER_STEP_FILE, GreedyCaptioner,
                                            TextDecoder)
-from pipeline_src.profiling.report import commit_description, machine_description, markdown_table
+from pipeline_src.profiling.report import markdown_table
+from pipeline_src.profiling.results import RESULTS_DIR, parse_benchmark_args, write_results
 from pipeline_src.steps.onnx_runtime import OnnxModel
 
-OUT = Path(os.environ.get("OUT") or Path(__file__).resolve().parent / "results")
+OUT = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS_DIR
 WORK = Path("/tmp/gpucheck")
 results: dict = {"providers": ort.get_available_providers(), "ort": ort.__version__, "torch": torch.__version__,
-                 "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                 "machine": machine_description(),
-                 "commit": os.environ.get("FOOD11_COMMIT") or commit_description()}
+                 "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 ROWS = ("ort_cpu_fp32", "ort_cuda_fp32_tf32_off", "ort_cuda_fp32_tf32_default", "ort_cuda_fp16")
 
 
 def save():
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "gpu_check.json").write_text(json.dumps(results, indent=2) + "\n")
+    """Everything measured so far (each stage saves: a later one may crash the process)."""
     rows = [{"run": name, **{k: v for k, v in results[name].items() if k != "providers"}}
             for name in ROWS if name in results and "error" not in results[name]]
-    (OUT / "gpu_check.md").write_text(markdown_table(
+    write_results("gpu_check", results, markdown_table(
         "Captioner graphs on a GPU", [
-            f"GPU: {results['gpu']}; machine: {results['machine']}; commit {results['commit']}; onnxruntime-gpu "
-            f"{results['ort']}, torch {results['torch']}. Base BLIP stand-in, the build's 8 check inputs, 20 new "
-            f"tokens, against Hugging Face fp32 generate on the CPU. Hugging Face fp32 on the GPU, one photo at a "
-            f"time: {results.get('hf_gpu_fp32_img_per_s_batch_1', float('nan')):.2f} img/s. Command: "
-            "`python benchmarks/gpu_check.py`."],
+            f"GPU: {results['gpu']}; onnxruntime-gpu {results['ort']}, torch {results['torch']}. Base BLIP stand-in, "
+            f"the build's 8 check inputs, 20 new tokens, against Hugging Face fp32 generate on the CPU. Hugging Face "
+            f"fp32 on the GPU, one photo at a time: {results.get('hf_gpu_fp32_img_per_s_batch_1', float('nan')):.2f} "
+            "img/s."],
         ["run", "captions_identical", "captions", "teacher_forced_top1", "max_relative_logit_error",
-         "img_per_s_batch_1", "img_per_s_batch_8", "fp16_vision_row_equal_alone"], rows))
+         "img_per_s_batch_1", "img_per_s_batch_8", "fp16_vision_row_equal_alone"], rows), directory=OUT)
 
 
 def speed(vision, decoder, tokenizer, pixels, prompts, batch, repeats=3):
@@ -89,7 +88,9 @@ class HalfMaskDecoderStep(blip_onnx.DecoderStep):
         return mask.clamp(min=torch.finfo(torch.float16).min).half()
 
 
-def main():
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parse_benchmark_args(parser, argv)
     torch.set_num_threads(os.cpu_count() or 4)
     snapshot = save_standin(WORK / "blip", "base")
     blip = BlipForConditionalGeneration.from_pretrained(str(snapshot)).eval()

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -28,14 +27,15 @@ import numpy as np
 from food11_api.settings import ApiSettings
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling.load import latency_summary
+from pipeline_src.profiling.memory import server_memory_mib
+from pipeline_src.profiling.percentiles import percentile
 from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.report import commit_description, machine_description, write_markdown_table
+from pipeline_src.profiling.report import markdown_table
+from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.profiling.soak import PROBABILITY_TOLERANCE, drive_api, ground_truth
-from pipeline_src.profiling.triton_stats import server_memory_mib
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.serving.serve import ApiProcess
 
-RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 SCRATCH = PROJECT_ROOT / "build" / "overload"
 CAPACITY_CONCURRENCY = 8  # the captioner's best CPU batch here (benchmarks/results/captioner_speed.md)
 HUNG_AFTER_S = 60 + 30  # the API's default deadline, plus a margin
@@ -66,7 +66,7 @@ class LoopLag:
 
     def summary(self) -> dict:
         lags_ms = np.asarray(self.lags_s or [0.0]) * 1000
-        return {"generator_lag_p99_ms": float(np.percentile(lags_ms, 99)), "generator_lag_max_ms": float(lags_ms.max())}
+        return {"generator_lag_p99_ms": percentile(lags_ms, 99), "generator_lag_max_ms": float(lags_ms.max())}
 
 
 async def offered_load(api_url: str, photos: list[bytes], truth, rate: float, seconds: float) -> dict:
@@ -105,7 +105,7 @@ async def offered_load(api_url: str, photos: list[bytes], truth, rate: float, se
         "answered": len(answered), "goodput_per_s": sum(o["right"] for o in answered) / seconds,
         "mismatched": sum(not o["right"] for o in answered),
         "refused": len(refused), "refused_without_retry_after": sum(o["retry_after"] is None for o in refused),
-        "refusal_p99_ms": float(np.percentile(refusal_ms, 99)) if len(refused) else None,
+        "refusal_p99_ms": percentile(refusal_ms, 99) if len(refused) else None,
         "refusal_max_ms": float(refusal_ms.max()) if len(refused) else None,
         "hung": sum(o["status"] == "hung" for o in outcomes),
         "other": sum(o["status"] not in (200, 503, "hung") for o in outcomes), **lag.summary(),
@@ -138,9 +138,7 @@ async def measure(api_url: str, grpc_url: str, pids: tuple[int, int], levels: li
             "levels": rows, "after_status": after[0].status, "after_ms": (time.perf_counter() - started) * 1000}
 
 
-def write_results(result: dict, name: str) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+def markdown(result: dict) -> str:
     columns = ["offered (x capacity)", "sent", "answered", "goodput / capacity", "refused (503)",
                "refusal p99 (ms)", "slowest refusal (ms)", "load generator's slowest wake-up (ms)",
                "answered p50 (ms)", "answered p99 (ms)", "hung", "not their photo's", "server PSS (MiB): Triton + API"]
@@ -153,9 +151,9 @@ def write_results(result: dict, name: str) -> None:
              "hung": row["hung"], "not their photo's": row["mismatched"], "server PSS (MiB): Triton + API":
              f"{row['pss_mib']:.0f}: {row['triton_pss_mib']:.0f} + {row['api_pss_mib']:.0f}"}
             for row in result["levels"]]
-    write_markdown_table(RESULTS / f"{name}.md", "Overload through the API", [
-        f"`{result['command']}`; commit {result['commit']}; {result['machine']}; {result['date']}; repository "
-        f"{result['repository']}; the API's settings but FOOD11_API_MAX_IN_FLIGHT={result['api_max_in_flight']}.",
+    return markdown_table("Overload through the API", [
+        f"Repository {result['repository']}; the API's settings but "
+        f"FOOD11_API_MAX_IN_FLIGHT={result['api_max_in_flight']}.",
         f"Capacity (closed loop at concurrency {CAPACITY_CONCURRENCY}): {result['capacity_per_s']:.2f} photos/s, "
         f"p50 {result['capacity_p50_ms']:.0f} ms, p99 {result['capacity_p99_ms']:.0f} ms. Each level: evenly spaced "
         f"single-photo uploads at that multiple of capacity for {result['seconds']:.0f} s, each waited for on its own.",
@@ -168,7 +166,7 @@ def main(argv=None) -> None:
     parser.add_argument("--levels", type=float, nargs="+", default=[1, 2, 5, 10])
     parser.add_argument("--seconds", type=float, default=30.0, help="per level (default: %(default)s)")
     parser.add_argument("--name", default="overload", help="result file names under benchmarks/results/")
-    args = parser.parse_args(argv)
+    args = parse_benchmark_args(parser, argv)
     repository = args.model_repository.resolve()
     with TritonServer(repository, SCRATCH / "triton", free_ports(), log_file=SCRATCH / "tritonserver.log") as triton:
         api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
@@ -178,12 +176,9 @@ def main(argv=None) -> None:
                                          args.levels, args.seconds))
         finally:
             api.stop()
-    result.update(machine=machine_description(), commit=commit_description(), date=time.strftime("%Y-%m-%d"),
-                  repository=args.model_repository.name, seconds=args.seconds,
-                  api_max_in_flight=ApiSettings().max_in_flight,  # FOOD11_API_MAX_IN_FLIGHT, as the API reads it
-                  command="python benchmarks/overload.py " + " ".join(argv if argv is not None else sys.argv[1:]))
-    write_results(result, args.name)
-    print((RESULTS / f"{args.name}.md").read_text())
+    result.update(repository=args.model_repository.name, seconds=args.seconds,
+                  api_max_in_flight=ApiSettings().max_in_flight)  # FOOD11_API_MAX_IN_FLIGHT, as the API reads it
+    print(write_results(args.name, result, markdown(result)).read_text())
 
 
 if __name__ == "__main__":

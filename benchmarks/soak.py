@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
-import time
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.report import commit_description, machine_description, markdown_table
+from pipeline_src.profiling.report import markdown_table
+from pipeline_src.profiling.results import parse_benchmark_args, portable_path, write_results
 from pipeline_src.profiling.soak import soak
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.serving.serve import ApiProcess
 
-RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 SCRATCH = PROJECT_ROOT / "build" / "soak"
 MAX_MEMORY_GROWTH = 0.10
 
@@ -41,7 +39,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model-repository", type=Path,
                         help="default: a copy with the tiny BLIP stand-in, built once under build/soak/")
     parser.add_argument("--name", default="soak", help="result file names under benchmarks/results/")
-    return parser.parse_args(argv)
+    return parse_benchmark_args(parser, argv)
 
 
 def tiny_repository() -> Path:
@@ -53,9 +51,7 @@ def tiny_repository() -> Path:
     return repository
 
 
-def write_results(name: str, result: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+def markdown(result: dict) -> str:
     checks = [
         {"check": "failed", "goal": 0, "value": result["failed"]},
         {"check": "lost (sent, not answered exactly once)", "goal": 0, "value": result["lost"]},
@@ -65,8 +61,7 @@ def write_results(name: str, result: dict) -> None:
          "value": f"{result['growth_last_over_first']:+.1%} (peak {result['growth_peak_over_first']:+.1%})"},
     ]
     paragraphs = [
-        f"Machine: {result['machine']}. Commit {result['commit']}. {result['repository']}. Command: "
-        f"`{result['command']}`. Date {result['date']}.",
+        f"{result['repository']}.",
         f"After a warm-up of {result['warmup_requests']} requests, "
         f"{result['requests']} requests at concurrency {result['concurrency']} over {result['photos']} distinct "
         f"photos ({result['distinct_probabilities']} distinct probabilities) in {result['wall_s']:.0f} s: "
@@ -76,8 +71,7 @@ def write_results(name: str, result: dict) -> None:
         f"({len(result['memory_samples'])} samples).",
         "**All checks passed.**" if result["passed"] else "**FAILED**: " + "; ".join(result["examples"]),
     ]
-    (RESULTS / f"{name}.md").write_text(markdown_table("Soak through the API", paragraphs,
-                                                       ["check", "goal", "value"], checks))
+    return markdown_table("Soak through the API", paragraphs, ["check", "goal", "value"], checks)
 
 
 def main(argv=None) -> None:
@@ -94,12 +88,10 @@ def main(argv=None) -> None:
         finally:
             api.stop()
     result["passed"] = result["ok"] and result["growth_last_over_first"] < MAX_MEMORY_GROWTH
-    result.update(machine=machine_description(), commit=commit_description(), date=time.strftime("%Y-%m-%d"),
-                  repository="Default: tiny BLIP stand-in (correctness under load, not speed)"
-                  if args.model_repository is None else f"Model repository {args.model_repository}",
-                  command="python benchmarks/soak.py " + " ".join(argv if argv is not None else sys.argv[1:]))
-    write_results(args.name, result)
-    print((RESULTS / f"{args.name}.md").read_text())
+    result["repository"] = ("Default: tiny BLIP stand-in (correctness under load, not speed)"
+                            if args.model_repository is None
+                            else f"Model repository {portable_path(args.model_repository)}")
+    print(write_results(args.name, result, markdown(result)).read_text())
     sys.exit(0 if result["passed"] else 1)
 
 

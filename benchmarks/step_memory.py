@@ -13,25 +13,17 @@ Figures to ``benchmarks/results/step_memory.{json,md}``.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.report import commit_description, machine_description, write_markdown_table
-from pipeline_src.profiling.triton_stats import memory_by_model_mib
+from pipeline_src.profiling.memory import MemorySampler, memory_by_model_mib
+from pipeline_src.profiling.report import markdown_table
+from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.serving.launcher import TritonServer, free_ports
-
-RESULTS = PROJECT_ROOT / "benchmarks" / "results"
-
-
-def pss_by_model(server_pid: int) -> dict[str, float]:
-    return {name: group["pss_mib"] for name, group in memory_by_model_mib(server_pid).items()}
 
 
 def measure(repository: Path, concurrency: int, rounds: int) -> dict:
@@ -40,7 +32,6 @@ def measure(repository: Path, concurrency: int, rounds: int) -> dict:
         at_start = memory_by_model_mib(server.process.pid)
         idle = {name: group["pss_mib"] for name, group in at_start.items()}
         instances = {name: group["processes"] for name, group in at_start.items()}
-        peak: dict[str, float] = {}
 
         def caller(index: int) -> None:
             with Food11Client(server.grpc_url) as client:
@@ -48,13 +39,13 @@ def measure(repository: Path, concurrency: int, rounds: int) -> dict:
                     client.caption([photos[(index + round_) % len(photos)]])
 
         callers = [threading.Thread(target=caller, args=(index,)) for index in range(concurrency)]
-        for thread in callers:
-            thread.start()
-        while any(thread.is_alive() for thread in callers):
-            peak = {name: max(mib, peak.get(name, 0.0)) for name, mib in pss_by_model(server.process.pid).items()}
-            time.sleep(1.0)
-        after = pss_by_model(server.process.pid)
-    return {"idle": idle, "peak": peak, "after": after, "instances": instances}
+        with MemorySampler([server.process.pid], every_s=1.0, by_model=True) as sampler:
+            for thread in callers:
+                thread.start()
+            for thread in callers:
+                thread.join()
+        after = {name: mib for name, mib in sampler.samples[-1].items() if name != "t_s"}
+    return {"idle": idle, "peak": sampler.peaks(), "after": after, "instances": instances}
 
 
 def main(argv=None) -> None:
@@ -62,24 +53,20 @@ def main(argv=None) -> None:
     parser.add_argument("--model-repository", type=Path, default=PROJECT_ROOT / "model_repository")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=6, help="photos per caller")
-    args = parser.parse_args(argv)
-    result = {"machine": machine_description(), "commit": commit_description(), "concurrency": args.concurrency,
-              "rounds": args.rounds, "repository": args.model_repository.name,
-              "command": " ".join(["python benchmarks/step_memory.py", *(sys.argv[1:] if argv is None else argv)]),
+    args = parse_benchmark_args(parser, argv)
+    result = {"concurrency": args.concurrency, "rounds": args.rounds, "repository": args.model_repository.name,
               **measure(args.model_repository.resolve(), args.concurrency, args.rounds)}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "step_memory.json").write_text(json.dumps(result, indent=2) + "\n")
     names = sorted(result["after"], key=lambda name: -result["after"][name])
     rows = [{"process": name, "instances": result["instances"].get(name, 1), **{f"{when} (MiB)": round(result[when].get(name, 0.0)) for when in ("idle", "peak", "after")}}
             for name in names]
     rows.append({"process": "total", **{f"{when} (MiB)": round(sum(result[when].values()))
                                         for when in ("idle", "peak", "after")}})
-    write_markdown_table(RESULTS / "step_memory.md", "Server memory by process (PSS)", [
-        f"`{result['command']}`; commit {result['commit']}; {result['machine']}; repository {result['repository']}.",
+    print(write_results("step_memory", result, markdown_table("Server memory by process (PSS)", [
+        f"Repository {result['repository']}.",
         f"idle: every model ready; peak: the largest of 1 s samples while {args.concurrency} gRPC callers sent "
         f"{args.rounds} photos each through the ensemble (the total's peak is the sum of per-process peaks); "
-        "after: once the load ended."], ["process", "instances", "idle (MiB)", "peak (MiB)", "after (MiB)"], rows)
-    print((RESULTS / "step_memory.md").read_text())
+        "after: once the load ended."], ["process", "instances", "idle (MiB)", "peak (MiB)", "after (MiB)"],
+        rows)).read_text())
 
 
 if __name__ == "__main__":

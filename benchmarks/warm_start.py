@@ -14,21 +14,20 @@ Figures to ``benchmarks/results/warm_start.{json,md}``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling.percentiles import percentile
 from pipeline_src.profiling.photos import base_photos
-from pipeline_src.profiling.report import commit_description, machine_description, write_markdown_table
+from pipeline_src.profiling.report import markdown_table
+from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
-RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 # Triton warms these up from their config's model_warmup, the captioner in the step (its warm_up setting).
 CONFIG_WARMED_STEPS = ("preprocess", "classifier", "vision_encoder")
 NO_CAPTIONER_WARM_UP = '\nparameters {\n  key: "warm_up"\n  value: { string_value: "false" }\n}\n'
@@ -68,7 +67,7 @@ def one_round(repository: Path, steady: int) -> dict:
                 client.server_version()  # the client's own first-call costs (channel, metadata) are not the server's
                 first_s = timed_caption(client, photo)
                 steady_s = [timed_caption(client, photo) for _ in range(steady)]
-    median = statistics.median(steady_s)
+    median = percentile(steady_s, 50)
     return {"ready_s": ready_s, "first_s": first_s, "steady_median_s": median, "steady_s": steady_s,
             "first_over_steady": first_s / median}
 
@@ -78,7 +77,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per variant, alternating (default: 3)")
     parser.add_argument("--steady", type=int, default=8)
-    args = parser.parse_args(argv)
+    args = parse_benchmark_args(parser, argv)
 
     variants = {"warm-up at load (default)": args.repository,
                 "no warm-up": without_warm_up(args.repository, PROJECT_ROOT / "build" / "warm_start" / "cold")}
@@ -89,19 +88,15 @@ def main(argv=None) -> None:
             rows.append({"variant": variant, "round": index + 1, **measured})
             print(f"{variant}, round {index + 1}: first {measured['first_s']:.2f} s, steady median "
                   f"{measured['steady_median_s']:.2f} s ({measured['first_over_steady']:.2f}x)", flush=True)
-    document = {"commit": commit_description(), "machine": machine_description(),
-                "repository": args.repository.name, "rounds": rows}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "warm_start.json").write_text(json.dumps(document, indent=2) + "\n")
+    document = {"repository": args.repository.name, "rounds": rows}
     columns = ["variant", "round", "ready after (s)", "first request (ms)", "steady median (ms)", "first / steady"]
     table = [{"variant": row["variant"], "round": row["round"], "ready after (s)": row["ready_s"],
               "first request (ms)": row["first_s"] * 1000, "steady median (ms)": row["steady_median_s"] * 1000,
               "first / steady": f"{row['first_over_steady']:.2f}x"} for row in rows]
-    write_markdown_table(RESULTS / "warm_start.md", "First request after ready", [
-        f"`python benchmarks/warm_start.py`; commit {document['commit']}; {document['machine']}; repository "
-        f"{document['repository']}; one photo (OpenCV's apple) through the gRPC client, one request at a time, the "
-        f"first right after tritonserver reports ready, then {args.steady} steady ones."], columns, table)
-    print((RESULTS / "warm_start.md").read_text())
+    print(write_results("warm_start", document, markdown_table("First request after ready", [
+        f"Repository {document['repository']}; one photo (OpenCV's apple) through the gRPC client, one request at "
+        f"a time, the first right after tritonserver reports ready, then {args.steady} steady ones."],
+        columns, table)).read_text())
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 from pipeline_src.repository.loading import parse_config
@@ -16,14 +16,26 @@ from pipeline_src.steps.captioning import GreedyCaptioner
 from pipeline_src.steps.classification import caption_plan, predict
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.onnx_runtime import OnnxModel
-from pipeline_src.steps.settings import StepSettings, declared_settings_class
+from pipeline_src.steps.precision import PrecisionChoice
+from pipeline_src.steps.settings import (CaptionerSettings, ClassifierSettings, LabelAndCaptionSettings,
+                                         PreprocessSettings, StepSettings, VisionEncoderSettings,
+                                         SettingsError, declared_settings_class)
+
+Settings = TypeVar("Settings", bound=StepSettings)
 
 
-def step_settings(repository: Path, model: str) -> StepSettings:
-    """A Python step's typed settings, as its config.pbtxt sets them."""
+def step_settings(repository: Path, model: str, kind: type[Settings]) -> Settings:
+    """A step's typed settings, as its config.pbtxt sets them (its ``settings`` parameter must name ``kind``)."""
     config = parse_config(repository / model / "config.pbtxt")
     parameters = {key: value.string_value for key, value in config.parameters.items()}
-    return declared_settings_class(parameters).from_parameters(parameters)
+    declared = declared_settings_class(parameters)
+    if declared is None or not issubclass(declared, kind):
+        raise SettingsError(f"{model}: its config's settings parameter names {declared}, not {kind.__name__}")
+    return declared.from_parameters(parameters)
+
+
+def _precision(choice: PrecisionChoice | None) -> str:
+    return choice.precision if choice is not None else "fp32"
 
 
 @dataclass(frozen=True)
@@ -39,8 +51,7 @@ class OnnxBlip:
     def __init__(self, repository: Path, vision_settings, captioner_settings):
         self.vision = OnnxModel.from_settings(vision_settings, repository / "vision_encoder" / "1")
         self.captioner = GreedyCaptioner.from_settings(captioner_settings, repository / "captioner" / "1")
-        self.precision = (f"vision encoder {self.vision.choice.precision}, "
-                          f"text decoder {self.captioner.choice.precision}")
+        self.precision = f"vision encoder {_precision(self.vision.choice)}, text decoder {_precision(self.captioner.choice)}"
 
     def caption(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
         return self.captioner.caption(self.vision(pixel_values), prompts)
@@ -53,13 +64,13 @@ class InProcessPipeline:
     def __init__(self, repository: Path, course: bool = False, **captioner_overrides):
         self.repository = repository
         self.course = course
-        self.preprocess_settings = step_settings(repository, "preprocess")
-        classifier = step_settings(repository, "classifier")
-        self.labelling = step_settings(repository, "label_and_caption")
+        self.preprocess_settings = step_settings(repository, "preprocess", PreprocessSettings)
+        classifier = step_settings(repository, "classifier", ClassifierSettings)
+        self.labelling = step_settings(repository, "label_and_caption", LabelAndCaptionSettings)
         # The knobs the vision encoder shares with the captioner apply to both.
-        self.vision_settings = step_settings(repository, "vision_encoder").replace(
+        self.vision_settings = step_settings(repository, "vision_encoder", VisionEncoderSettings).replace(
             **{key: value for key, value in captioner_overrides.items() if key in ("cpu_precision", "intra_op_threads")})
-        self.captioner_settings = step_settings(repository, "captioner").replace(**captioner_overrides)
+        self.captioner_settings = step_settings(repository, "captioner", CaptionerSettings).replace(**captioner_overrides)
         self.classifier = OnnxModel.from_settings(classifier, repository / "classifier" / "1")
 
     @cached_property

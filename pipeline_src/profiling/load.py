@@ -8,6 +8,8 @@ from typing import Awaitable, Callable, Sequence
 
 import numpy as np
 
+from pipeline_src.profiling.percentiles import percentiles_ms
+
 Call = Callable[[bytes], Awaitable[dict | None]]
 
 
@@ -39,4 +41,4 @@ def latency_summary(latencies: Sequence[float], wall_s: float) -> dict[str, floa
     """Requests, throughput and p50/p95/p99 latency (ms) of one load run."""
     ms = np.asarray(latencies) * 1000
     return {"requests": len(latencies), "throughput": len(latencies) / wall_s,
-            **{f"p{q}_ms": float(np.percentile(ms, q)) for q in (50, 95, 99)}}
+            **percentiles_ms(ms)}

@@ -1,43 +1,11 @@
-"""What every benchmark writes beside its figures (machine, commit) and how: CSV and markdown tables."""
+"""How benchmarks lay out their figures: markdown tables and CSV (results.py writes them with their
+provenance)."""
 
 from __future__ import annotations
 
 import csv
-import os
-import platform
-import subprocess
 from pathlib import Path
 from typing import Sequence
-
-from pipeline_src import PROJECT_ROOT
-
-NOTABLE_CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
-
-
-def machine_description() -> str:
-    """e.g. ``AMD EPYC, 2 cores (avx2), 23.4 GiB, no GPU``."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    gpu = "GPU" if Path("/dev/nvidia0").exists() else "no GPU"
-    features = ", ".join(flag for flag in NOTABLE_CPU_FLAGS if flag in flags) or "no AVX2"
-    return f"{model}, {os.cpu_count()} cores ({features}), {memory_gib:.1f} GiB, {gpu}"
-
-
-def commit_description() -> str:
-    """The commit the figures were taken at, ``+dirty`` when the work tree had changes."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True).stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def _cell(value) -> str:
@@ -55,11 +23,6 @@ def markdown_table(title: str, paragraphs: Sequence[str], columns: Sequence[str]
     lines += ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     lines += ["| " + " | ".join(_cell(row.get(column, "")) for column in columns) + " |" for row in rows]
     return "\n".join(lines) + "\n"
-
-
-def write_markdown_table(path: Path, title: str, paragraphs: Sequence[str], columns: Sequence[str],
-                         rows: Sequence[dict]) -> None:
-    path.write_text(markdown_table(title, paragraphs, columns, rows))
 
 
 def write_csv(path: Path, rows: Sequence[dict]) -> None:

@@ -1,10 +1,10 @@
 """Load and soak through the API: every request answered once, by its own photo's result (label,
-probability and caption), and the servers' memory flat. ``benchmarks/soak.py`` runs it in full; tests/test_soak.py runs a short version."""
+probability and caption), and the servers' memory flat. ``benchmarks/soak.py`` runs it in full;
+tests/integration/test_soak.py runs a short version."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -13,7 +13,7 @@ import httpx
 
 from food11_client import AsyncFood11Client
 from pipeline_src.profiling.load import latency_summary
-from pipeline_src.profiling.triton_stats import server_memory_mib
+from pipeline_src.profiling.memory import MemorySampler
 
 # Batched and single ONNX Runtime runs of the same photo may differ in the last bits of a float32
 # probability; anything beyond this is a different photo's answer.
@@ -111,42 +111,6 @@ def check(outcomes: Sequence[Outcome], truth: Sequence[Expected], sent: int, id_
                                      f"{outcome.probability:.6f} {outcome.caption!r} as {outcome.echoed_id!r}, "
                                      f"expected {expected.label} {expected.probability:.6f} {expected.caption!r}")
     return checks
-
-
-class MemorySampler:
-    """PSS of the servers (tritonserver and its stubs; the API process when it is one) every few seconds."""
-
-    def __init__(self, pids: Sequence[int], every_s: float = 5.0):
-        self.pids, self.every_s = list(pids), every_s
-        self.samples: list[dict] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._started = time.monotonic()
-
-    def sample(self) -> dict:
-        pss = sum(server_memory_mib(pid)["pss_mib"] for pid in self.pids)
-        self.samples.append({"t_s": round(time.monotonic() - self._started, 1), "pss_mib": pss})
-        return self.samples[-1]
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.sample()
-
-    def __enter__(self) -> "MemorySampler":
-        self.sample()  # the baseline, taken after warm-up
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-    def growth(self) -> dict[str, float]:
-        first, last = self.samples[0]["pss_mib"], self.samples[-1]["pss_mib"]
-        peak = max(sample["pss_mib"] for sample in self.samples)
-        return {"pss_first_mib": first, "pss_peak_mib": peak, "pss_last_mib": last,
-                "growth_last_over_first": last / first - 1, "growth_peak_over_first": peak / first - 1}
 
 
 async def soak(api_url: str, grpc_url: str, photos: Sequence[bytes], total: int, concurrency: int,

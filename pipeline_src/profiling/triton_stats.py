@@ -1,12 +1,10 @@
-"""What Triton and the OS say about a running server: per-model statistics and the memory of every
-server process (tritonserver and its Python backend stubs)."""
+"""What Triton says about a running server: per-model counters and statistics (its processes' memory:
+memory.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-import psutil
 import tritonclient.grpc as grpcclient
 
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
@@ -55,48 +53,3 @@ def counters_since(url: str, before: dict[str, ModelCounters]) -> dict[str, dict
     now = model_counters(url)
     return {name: counters.minus(before[name]).summary() for name, counters in now.items()
             if name in before and counters.requests > before[name].requests}
-
-
-def server_processes(pid: int) -> list[psutil.Process]:
-    """tritonserver and every process it started (the backend stubs)."""
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
-
-
-def _memory(process: psutil.Process):
-    try:
-        return process.memory_full_info()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-
-
-def server_memory_mib(pid: int) -> dict[str, float]:
-    """Resident memory of a server and all its child processes (the backend stubs), in MiB.
-
-    ``rss`` counts shared pages once per process; ``pss`` shares them out (the shared-memory
-    regions through which tensors pass between server and stubs are counted once)."""
-    measured = [memory for memory in map(_memory, server_processes(pid)) if memory is not None]
-    return {"rss_mib": sum(memory.rss for memory in measured) / 2**20,
-            "pss_mib": sum(getattr(memory, "pss", memory.rss) for memory in measured) / 2**20,
-            "processes": len(measured)}
-
-
-def memory_by_model_mib(pid: int) -> dict[str, dict[str, float]]:
-    """The PSS of tritonserver and of each model's stubs (one per instance), named by the model whose
-    ``model.py`` they run: ``{name: {"pss_mib": ..., "processes": ...}}``."""
-    groups: dict[str, dict[str, float]] = {}
-    for process in server_processes(pid):
-        memory = _memory(process)
-        try:
-            command = process.cmdline()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            memory = None
-        if memory is None:  # gone, or not ours to read
-            continue
-        model_file = next((Path(part) for part in command if part.endswith("model.py")), None)
-        name = ("tritonserver" if process.pid == pid else
-                model_file.parent.parent.name if model_file else " ".join(command[:2]))
-        group = groups.setdefault(name, {"pss_mib": 0.0, "processes": 0})
-        group["pss_mib"] += getattr(memory, "pss", memory.rss) / 2**20
-        group["processes"] += 1
-    return groups
