@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import Base64Bytes, BaseModel, Field
+from enum import Enum
+from typing import Annotated
+
+from pydantic import Base64Bytes, BaseModel, Field, StringConstraints
 
 from food11_client import ServedModel
 from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
+from pipeline_src.steps.classification import STATUS_ERROR, STATUS_LOW_CONFIDENCE, STATUS_OK, STATUS_TIMEOUT
 
-CAPTION_STATUS_DOC = ("ok | low_confidence (captioned without the label) | captioner_timeout: ... | "
-                      "captioner_error: ... (both: caption empty, label and probability still valid)")
 # What the offline defaults answer with: Swagger's examples say so, as the page does.
 STANDIN_WARNINGS = [BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING]
 WARNINGS_DOC = ("what the user must know about this answer, in plain words: a stand-in model's warning (random "
@@ -17,6 +19,26 @@ WARNINGS_DOC = ("what the user must know about this answer, in plain words: a st
 MODELS_EXAMPLE = [{"model": "captioner", "version": "1", "kind": "stand-in", "sha256": "9d1ca878c3faccbc",
                    "source": "BLIP stand-in 'base', random weights (seed 0), built by scripts/build_models.py",
                    "warning": STANDIN_WARNINGS[0]}]
+
+
+class CaptionStatus(str, Enum):
+    """The code a caption_status starts with, as the label_and_caption step writes it."""
+
+    OK = STATUS_OK
+    LOW_CONFIDENCE = STATUS_LOW_CONFIDENCE
+    CAPTIONER_TIMEOUT = STATUS_TIMEOUT
+    CAPTIONER_ERROR = STATUS_ERROR
+
+
+# A code may be followed by ": <detail>" (the timeout, the captioner's error): the status goes out as the
+# pipeline wrote it, so the schema takes a bare code or a code with its detail.
+CaptionStatusWithDetail = Annotated[
+    str, StringConstraints(pattern=f"^({'|'.join(code.value for code in CaptionStatus)}): ")]
+CaptionStatusText = Annotated[
+    CaptionStatus | CaptionStatusWithDetail,
+    Field(description="ok | low_confidence (captioned without the label) | captioner_timeout: ... | "
+                      "captioner_error: ... (both: caption empty, label and probability still valid)",
+          examples=[CaptionStatus.OK.value])]
 
 
 class ServedModelInfo(BaseModel):
@@ -43,7 +65,7 @@ class CaptionResponse(BaseModel):
     caption: str = Field(description="BLIP caption, conditioned on the label. From the offline default's BLIP "
                                      "stand-in (random weights) it is meaningless words: `warnings` says so",
                          examples=["a photo of vegetable/fruit, a green apple on a table"])
-    caption_status: str = Field(description=CAPTION_STATUS_DOC, examples=["ok"])
+    caption_status: CaptionStatusText
     warnings: list[str] = Field(description=WARNINGS_DOC, examples=[STANDIN_WARNINGS])
     models: list[ServedModelInfo] = Field(description="which models answered: Triton's names and versions, "
                                                       "what each is, its weights' hash", examples=[MODELS_EXAMPLE])
@@ -62,7 +84,7 @@ class PredictResponse(BaseModel):
     probability: float = Field(ge=0, le=1, examples=[0.998])
     caption: str = Field(description="as /caption's: meaningless words from the offline BLIP stand-in (see warnings)",
                          examples=["a photo of vegetable/fruit, a green apple on a table"])
-    caption_status: str = Field(description=CAPTION_STATUS_DOC, examples=["ok"])
+    caption_status: CaptionStatusText
     warnings: list[str] = Field(description=WARNINGS_DOC, examples=[STANDIN_WARNINGS])
     models: list[ServedModelInfo] = Field(description="which models answered", examples=[MODELS_EXAMPLE])
 

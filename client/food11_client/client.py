@@ -8,7 +8,7 @@ import json
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -184,7 +184,7 @@ class Food11Client:
             except InferenceServerException as exc:
                 raise _translate(exc) from exc
             return _results(response)
-        answered, answer = threading.Event(), {}
+        answered, answer = threading.Event(), dict[str, Any]()
         # The deadline counts from the call, as gRPC's would, and an answer after it is late whenever it is
         # read: a thread kept off the CPU until after the answer came must not turn a late answer into a
         # timely one.
@@ -202,12 +202,6 @@ class Food11Client:
         if answer["error"] is not None:
             raise _translate(answer["error"]) from answer["error"]
         return _results(answer["result"])
-
-    def is_ready(self) -> bool:
-        try:
-            return self._client.is_model_ready(self.model)
-        except InferenceServerException:
-            return False
 
     def manifests(self) -> list[dict]:
         """The whole manifest of each served model with one (what it is, source, file hashes, fidelity)."""
@@ -265,6 +259,7 @@ class AsyncFood11Client:
             # shield: cancelling this coroutine (a client that hung up) must not cancel the gRPC call
             return _results(await asyncio.wait_for(asyncio.shield(call), timeout_s))
         except asyncio.TimeoutError:
+            assert timeout_s is not None  # only a deadline times out
             raise DeadlineExceededError(gave_up(timeout_s, await self.server_version()),
                                         "StatusCode.DEADLINE_EXCEEDED") from None
 

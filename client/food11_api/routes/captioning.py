@@ -1,0 +1,53 @@
+"""POST /caption (an upload) and POST /predict (the course's base64 JSON): one photo through the pipeline."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, File, Request, Response, UploadFile
+from fastapi.routing import APIRoute
+
+from food11_api.dependencies import Answers, Client
+from food11_api.disconnect import unless_disconnected
+from food11_api.errors import ERROR_RESPONSES
+from food11_api.metrics import ModelAnswers
+from food11_api.schemas import CaptionResponse, PredictRequest, PredictResponse, ServedModelInfo
+from food11_client import AsyncFood11Client, CaptionResult
+
+router = APIRouter(tags=["caption"], responses=ERROR_RESPONSES)
+
+
+async def caption_one(request: Request, client: AsyncFood11Client, answers: ModelAnswers, image: bytes,
+                      response: Response) -> CaptionResult:
+    started = time.perf_counter()
+    (result,) = await unless_disconnected(request, client.caption([image]))
+    answers.count(result.models)
+    # Server-Timing: the time spent waiting on Triton, so callers can tell pipeline from API time.
+    response.headers["Server-Timing"] = f"triton;dur={(time.perf_counter() - started) * 1000:.2f}"
+    return result
+
+
+@router.post("/caption", response_model=CaptionResponse, summary="Caption an uploaded photo")
+async def caption(photo: Annotated[UploadFile, File(description="JPEG, PNG, WebP, BMP or GIF")], client: Client,
+                  answers: Answers, request: Request, response: Response) -> CaptionResponse:
+    started = time.perf_counter()
+    result = await caption_one(request, client, answers, await photo.read(), response)
+    return CaptionResponse(label=result.label, probability=result.probability, caption=result.caption,
+                           caption_status=result.caption_status, warnings=result.warnings,
+                           models=ServedModelInfo.of(result.models),
+                           elapsed_ms=(time.perf_counter() - started) * 1000)
+
+
+@router.post("/predict", response_model=PredictResponse,
+             summary="Caption a base64-encoded photo (the course's JSON endpoint)")
+async def predict(body: PredictRequest, client: Client, answers: Answers, request: Request,
+                  response: Response) -> PredictResponse:
+    result = await caption_one(request, client, answers, body.image, response)
+    return PredictResponse(prediction=result.label, probability=result.probability, caption=result.caption,
+                           caption_status=result.caption_status, warnings=result.warnings,
+                           models=ServedModelInfo.of(result.models))
+
+
+# The requests that cost model time: the in-flight cap (AdmissionMiddleware) counts these.
+CAPTIONING_PATHS = frozenset(route.path for route in router.routes if isinstance(route, APIRoute))
