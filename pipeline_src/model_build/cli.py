@@ -20,7 +20,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the model repository to fill (default: %(default)s)")
     parser.add_argument("--classifier-checkpoint", type=Path,
                         help="the course's MobileNetV2 Food-11 checkpoint (a state dict). Default: the offline "
-                             "ImageNet EfficientNet-Lite0 with a Food-11 head (see README)")
+                             "ImageNet EfficientNet-Lite0 with a Food-11 head (docs/models.md)")
     parser.add_argument("--trust-pickled-checkpoint", action="store_true",
                         help="accept a whole pickled model as checkpoint. Loading it RUNS CODE from the file: "
                              "only for files you trust")
