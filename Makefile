@@ -1,6 +1,8 @@
 # make serve: set up, build the offline-default model files if missing, run Triton and the API (:8080)
 #             in the foreground; Ctrl-C stops both.
-# make test:  set up, run the whole test suite (it builds its own tiny models and starts its own Triton).
+# make test:  set up, lint and type-check (make lint), run the whole test suite (it builds its own tiny models
+#             and starts its own Triton).
+# make lint:  ruff (lint + format check) and mypy, as configured in pyproject.toml; `make format` formats.
 # make soak:  2,000 requests at concurrency 16 through the API; zero failed, zero lost, every answer its own
 #             photo's, memory flat; figures in benchmarks/results/soak.md (SOAK_ARGS; a few minutes).
 # make overload: offered load 1x to 10x capacity through the API; refusals fast, answers right, memory flat;
@@ -16,6 +18,8 @@ BIN := $(VENV)/bin
 # BLIP stand-in size for `make models` when no real BLIP is given: base (realistic cost) or tiny.
 BLIP_STANDIN ?= base
 BUILD_ARGS ?=
+# Every benchmark refuses a tree with uncommitted changes (outside benchmarks/results/): figures must
+# name a commit. --allow-dirty in BENCH_ARGS, SOAK_ARGS or OVERLOAD_ARGS runs it anyway, marked as such.
 BENCH_ARGS ?=
 SOAK_ARGS ?=
 OVERLOAD_ARGS ?=
@@ -33,7 +37,7 @@ BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json model_r
 # existed gets them from the next `make models`, which rebuilds nothing that is there
 MANIFESTS := $(foreach model,classifier vision_encoder captioner,model_repository/$(model)/1/manifest.json)
 
-.PHONY: install browser models serve perf-analyzer test bench bench-captioner bench-cancellation bench-warm-start bench-memory soak overload audit clean
+.PHONY: install browser models serve perf-analyzer lint format test bench bench-captioner bench-cancellation bench-warm-start bench-memory soak overload audit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +56,7 @@ $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT) $(MANIFESTS): | $(VENV)/.installed
 
 models: $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT) $(MANIFESTS)
 
-# Triton takes its trace file only at start-up; tracing stays off until turned on (README, "Tracing").
+# Triton takes its trace file only at start-up; tracing stays off until turned on (docs/profiling.md, "Tracing a request").
 serve: models
 	$(BIN)/python scripts/serve.py --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
 		-- --trace-config=triton,file=$(CURDIR)/logs/trace.json
@@ -69,7 +73,16 @@ browser:
 perf-analyzer: install
 	$(BIN)/food11-perf-analyzer --install
 
-test: install browser
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: install browser lint
 	@$(BIN)/food11-perf-analyzer --install >/dev/null || echo "note: without perf_analyzer its test is skipped"
 	$(BIN)/python -m pytest
 
@@ -84,15 +97,15 @@ bench-captioner: models perf-analyzer
 # Does tritonserver survive calls given up on (raw gRPC deadlines vs food11_client)? ~5 minutes;
 # benchmarks/results/cancellation.md.
 bench-cancellation: install
-	$(BIN)/python benchmarks/cancellation.py
+	$(BIN)/python benchmarks/cancellation.py $(BENCH_ARGS)
 
 # The first request after ready against steady ones, steps' warm-up on and off, in one run (~5 minutes);
 # benchmarks/results/warm_start.md.
 bench-warm-start: models
-	$(BIN)/python benchmarks/warm_start.py
+	$(BIN)/python benchmarks/warm_start.py $(BENCH_ARGS)
 
 bench-memory: models
-	$(BIN)/python benchmarks/step_memory.py
+	$(BIN)/python benchmarks/step_memory.py $(BENCH_ARGS)
 
 soak: install
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)

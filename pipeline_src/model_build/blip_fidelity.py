@@ -110,9 +110,9 @@ def require_same_tokenizer(written: tokenizers.Tokenizer, snapshot_tokenizer, pr
         ours, theirs = written.encode(prompt).ids, snapshot_tokenizer(prompt).input_ids
         if ours != theirs:
             raise FidelityError(f"{what}: {TOKENIZER_FILE} encodes {prompt!r} as {ours}, transformers as {theirs}")
-    ours = written.decode_batch([list(tokens) for tokens in generations], skip_special_tokens=True)
-    theirs = snapshot_tokenizer.batch_decode(generations, skip_special_tokens=True)
-    for tokens, mine, expected in zip(generations, ours, theirs):
+    our_texts = written.decode_batch([list(tokens) for tokens in generations], skip_special_tokens=True)
+    their_texts = snapshot_tokenizer.batch_decode(generations, skip_special_tokens=True)
+    for tokens, mine, expected in zip(generations, our_texts, their_texts):
         if mine != expected:
             raise FidelityError(f"{what}: {TOKENIZER_FILE} decodes {list(tokens)} as {mine!r}, transformers as "
                                 f"{expected!r}")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import BlipForConditionalGeneration
+from transformers import BlipForConditionalGeneration, BlipTextConfig, BlipVisionConfig
 
 # Where and under which names the captioner reads them.
 from pipeline_src.steps.captioning import CROSS_KV_FILE, DECODER_STEP_FILE, IMAGE_EMBEDS, cache_names
@@ -34,6 +34,28 @@ OPSET = 17
 
 VISION_INPUT, VISION_OUTPUT = "pixel_values", IMAGE_EMBEDS
 TOKEN_INPUTS = ["input_ids", "position_ids", "attention_mask"]
+
+
+def text_config(blip: BlipForConditionalGeneration) -> BlipTextConfig:
+    """The decoder's config (transformers types it as possibly a dict; a loaded model holds the object)."""
+    config = blip.config.text_config
+    assert isinstance(config, BlipTextConfig), type(config)
+    return config
+
+
+def vision_config(blip: BlipForConditionalGeneration) -> BlipVisionConfig:
+    config = blip.config.vision_config
+    assert isinstance(config, BlipVisionConfig), type(config)
+    return config
+
+
+def _number(config: BlipTextConfig | BlipVisionConfig, name: str) -> int:
+    """A size or token id the graphs are built around (a list-valued image size, a missing token id: not a
+    BLIP this export knows)."""
+    value = getattr(config, name)
+    if not isinstance(value, int):
+        raise ValueError(f"BLIP's {type(config).__name__}.{name} is {value!r}: a single number is needed")
+    return value
 
 
 @dataclass(frozen=True)
@@ -53,13 +75,13 @@ class DecoderShape:
 
     @classmethod
     def of(cls, blip: BlipForConditionalGeneration) -> "DecoderShape":
-        text, vision = blip.config.text_config, blip.config.vision_config
-        return cls(layers=text.num_hidden_layers, heads=text.num_attention_heads,
-                   head_size=text.hidden_size // text.num_attention_heads,
-                   image_tokens=(vision.image_size // vision.patch_size) ** 2 + 1,
-                   hidden_size=text.hidden_size, vision_hidden_size=vision.hidden_size,
-                   vocab_size=text.vocab_size, bos_token_id=text.bos_token_id,
-                   sep_token_id=text.sep_token_id, pad_token_id=text.pad_token_id)
+        text, vision = text_config(blip), vision_config(blip)
+        hidden_size, heads = _number(text, "hidden_size"), _number(text, "num_attention_heads")
+        return cls(layers=_number(text, "num_hidden_layers"), heads=heads, head_size=hidden_size // heads,
+                   image_tokens=(_number(vision, "image_size") // _number(vision, "patch_size")) ** 2 + 1,
+                   hidden_size=hidden_size, vision_hidden_size=_number(vision, "hidden_size"),
+                   vocab_size=_number(text, "vocab_size"), bos_token_id=_number(text, "bos_token_id"),
+                   sep_token_id=_number(text, "sep_token_id"), pad_token_id=_number(text, "pad_token_id"))
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -94,7 +116,7 @@ class CrossKeysValues(nn.Module):
     def __init__(self, blip: BlipForConditionalGeneration):
         super().__init__()
         self.attentions = nn.ModuleList(layer.crossattention.self for layer in blip.text_decoder.bert.encoder.layer)
-        self.heads = blip.config.text_config.num_attention_heads
+        self.heads = text_config(blip).num_attention_heads
 
     def forward(self, image_embeds):
         """Layer by layer, its keys then its values (``cache_names`` order)."""
@@ -109,8 +131,8 @@ class DecoderStep(nn.Module):
         self.embeddings = decoder.bert.embeddings
         self.layers = decoder.bert.encoder.layer
         self.lm_head = decoder.cls
-        self.heads = blip.config.text_config.num_attention_heads
-        self.head_size = blip.config.text_config.hidden_size // self.heads
+        self.heads = text_config(blip).num_attention_heads
+        self.head_size = text_config(blip).hidden_size // self.heads
 
     def forward(self, input_ids, position_ids, attention_mask, *caches):
         """``caches``: the past keys and values, then the cross-attention's, each in ``cache_names`` order."""

@@ -55,6 +55,9 @@ class ImageNetNormalisedLite0(nn.Module):
     ImageNet normalisation onto that, so every classifier shares one preprocessing.
     """
 
+    scale: torch.Tensor  # buffers: exported with the graph
+    shift: torch.Tensor
+
     def __init__(self, backbone: nn.Module):
         super().__init__()
         self.backbone = backbone

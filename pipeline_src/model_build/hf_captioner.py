@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, BlipForConditionalGeneration
 
+from pipeline_src.model_build.blip_onnx import DecoderShape
 from pipeline_src.steps.captioning import blip_prompt_ids, join_caption
 
 
@@ -18,7 +19,7 @@ class HuggingFaceCaptioner:
         self.model = model.float().eval()
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
-        self.sep_token_id = model.config.text_config.sep_token_id
+        self.shape = DecoderShape.of(model)
 
     @classmethod
     def load(cls, snapshot_dir: str | Path, max_new_tokens: int = 20) -> "HuggingFaceCaptioner":
@@ -30,7 +31,7 @@ class HuggingFaceCaptioner:
         """``generate``'s new tokens for one image ``[3, 384, 384]``, up to and including [SEP]. ``prompt_ids``
         as the captioner feeds them ([DEC] first, no [SEP])."""
         # generate() takes the tokenizer's layout, [CLS] ... [SEP]: it puts [DEC] first and drops [SEP] itself.
-        given = torch.tensor([[*prompt_ids, self.sep_token_id]])
+        given = torch.tensor([[*prompt_ids, self.shape.sep_token_id]])
         output = self.model.generate(pixel_values=torch.from_numpy(np.ascontiguousarray(pixel_values[None])),
                                      input_ids=given, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1)
         return output[0, len(prompt_ids):].tolist()
@@ -39,7 +40,7 @@ class HuggingFaceCaptioner:
         """Captions for ``pixel_values [n, 3, 384, 384]``, one ``generate`` per photo."""
         captions = []
         for pixels, prompt in zip(pixel_values, prompts):
-            ids = blip_prompt_ids(self.tokenizer(prompt).input_ids, self.model.config.text_config.bos_token_id)
+            ids = blip_prompt_ids(self.tokenizer(prompt).input_ids, self.shape.bos_token_id)
             new = self.new_tokens(pixels, ids)
             captions.append(join_caption(prompt, self.tokenizer.decode(new, skip_special_tokens=True)))
         return captions

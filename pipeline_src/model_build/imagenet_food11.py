@@ -53,6 +53,8 @@ def membership_matrix() -> torch.Tensor:
 class ImageNetToFood11(nn.Module):
     """ImageNet logits [B, 1000] -> Food-11 logits [B, 11]."""
 
+    membership: torch.Tensor  # a buffer: exported with the graph, moved with the module
+
     def __init__(self):
         super().__init__()
         self.register_buffer("membership", membership_matrix())

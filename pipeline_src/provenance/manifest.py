@@ -16,8 +16,11 @@ KINDS = ("real", "stand-in", "unknown")  # unknown: built before manifests exist
 
 
 def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()  # read in blocks: hashlib.file_digest is Python 3.11+, and graphs are large
     with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

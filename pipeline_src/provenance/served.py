@@ -21,8 +21,8 @@ def served_manifests(repository: Path) -> list[tuple[str, str, Manifest]]:
     served = []
     for name, entry in load_models(Path(repository), Report(Path(repository))).items():
         version_dir = max(entry.versions, key=lambda path: int(path.name), default=None)
-        manifest = read_manifest(version_dir) if version_dir else None
-        if manifest is not None:
+        manifest = read_manifest(version_dir) if version_dir is not None else None
+        if version_dir is not None and manifest is not None:
             served.append((name, version_dir.name, manifest))
     return served
 

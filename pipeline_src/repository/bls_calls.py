@@ -56,7 +56,7 @@ def _check_call(caller: ModelEntry, call: BlsCall, callee: ModelEntry | None, ca
 
 def _check_forwarded(caller: ModelEntry, sent: BlsTensor, error: Complain) -> None:
     """A forwarded tensor is the caller's own input, as is."""
-    own = next((tensor for tensor in caller.config.input if tensor.name == sent.name), None)
+    own = next((tensor for tensor in caller.parsed_config.input if tensor.name == sent.name), None)
     if own is None:
         error(f"forwards this step's input '{sent.name}', which its config does not declare")
         return
@@ -68,7 +68,7 @@ def _check_forwarded(caller: ModelEntry, sent: BlsTensor, error: Complain) -> No
 
 
 def _check_sent(callee: ModelEntry, sent: BlsTensor, error: Complain) -> None:
-    inputs = {tensor.name: tensor for tensor in callee.config.input}
+    inputs = {tensor.name: tensor for tensor in callee.parsed_config.input}
     if sent.name not in inputs:
         error(f"sends tensor '{sent.name}', which is not an input of model '{callee.name}' "
               f"(its inputs: {', '.join(map(repr, inputs)) or 'none'})")
@@ -81,7 +81,7 @@ def _check_sent(callee: ModelEntry, sent: BlsTensor, error: Complain) -> None:
 
 
 def _check_read(callee: ModelEntry, read: BlsTensor, error: Complain) -> None:
-    outputs = {tensor.name: tensor for tensor in callee.config.output}
+    outputs = {tensor.name: tensor for tensor in callee.parsed_config.output}
     if read.name not in outputs:
         error(f"reads output '{read.name}', which model '{callee.name}' does not have "
               f"(its outputs: {', '.join(map(repr, outputs)) or 'none'})")
@@ -106,7 +106,7 @@ def bls_callees(repository: Path, ensemble: str) -> list[str]:
     report = Report(repository)
     models = load_models(repository, report)
     callees = []
-    for step in models[ensemble].config.ensemble_scheduling.step:
+    for step in models[ensemble].parsed_config.ensemble_scheduling.step:
         settings = check_settings(models[step.model_name], report)
         if settings is not None:
             callees += [call.callee(settings) for call in type(settings).BLS_CALLS]

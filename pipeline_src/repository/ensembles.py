@@ -31,7 +31,7 @@ def check_ensemble(entry: ModelEntry, models: dict[str, ModelEntry], report: Rep
 
 def check_ensemble_nesting(models: dict[str, ModelEntry], report: Report) -> None:
     """Ensembles may contain ensembles, but never themselves, directly or not."""
-    contains = {name: {step.model_name for step in entry.config.ensemble_scheduling.step
+    contains = {name: {step.model_name for step in entry.parsed_config.ensemble_scheduling.step
                        if step.model_name in models and models[step.model_name].is_ensemble}
                 for name, entry in models.items() if entry.is_ensemble}
     for cycle in find_cycles(contains):
@@ -44,7 +44,7 @@ def _listed(names) -> str:
 
 class _EnsembleCheck:
     def __init__(self, entry: ModelEntry, models: dict[str, ModelEntry], report: Report):
-        self.entry, self.config, self.models, self.report = entry, entry.config, models, report
+        self.entry, self.config, self.models, self.report = entry, entry.parsed_config, models, report
         self.producers: dict[str, list[Endpoint]] = defaultdict(list)
         self.consumers: dict[str, list[Endpoint]] = defaultdict(list)
         self.unbatched_steps: set[int] = set()  # max_batch_size 0 steps in a batching ensemble (reported)
@@ -86,14 +86,15 @@ class _EnsembleCheck:
         config = model.config if model else None  # None: unknown, or its config is broken (reported)
         inputs = {tensor.name: tensor for tensor in config.input} if config else {}
         outputs = {tensor.name: tensor for tensor in config.output} if config else {}
-        if config is not None:
+        if model is not None and config is not None:
             self.check_step_model(label, step, model, inputs, outputs)
             self.check_step_batching(number, label, step, model, inputs, outputs)
+        batched = model is not None and model.batched
         for key, tensor in step.input_map.items():
-            spec = spec_of(f"{label} input '{key}'", inputs[key], model.batched) if key in inputs else None
+            spec = spec_of(f"{label} input '{key}'", inputs[key], batched) if key in inputs else None
             self.consumers[tensor].append(Endpoint(label, number, spec))
         for key, tensor in step.output_map.items():
-            spec = spec_of(f"{label} output '{key}'", outputs[key], model.batched) if key in outputs else None
+            spec = spec_of(f"{label} output '{key}'", outputs[key], batched) if key in outputs else None
             self.producers[tensor].append(Endpoint(label, number, spec))
 
     def check_step_model(self, label: str, step, model: ModelEntry, inputs: dict, outputs: dict) -> None:
@@ -151,8 +152,8 @@ class _EnsembleCheck:
                 if not sources and end.step is not None:
                     self.error(f"{end.who} consumes tensor '{tensor}', which no step produces and is not an "
                                "ensemble input")
-                if len(sources) == 1 and sources[0].spec and end.spec:
-                    source = sources[0]
+                source = sources[0] if len(sources) == 1 else None
+                if source is not None and source.spec and end.spec:
                     why = edge_mismatch(source.spec, end.spec)
                     if why and not ({source.step, end.step} & self.unbatched_steps
                                     and differs_only_in_batching(source.spec, end.spec)):
@@ -163,7 +164,9 @@ class _EnsembleCheck:
         labels: dict[int, str] = {}
         needs: dict[int, set[int]] = defaultdict(set)  # step -> the steps producing what it consumes
         for tensor, ends in self.consumers.items():
-            for end in (end for end in ends if end.step is not None):
+            for end in ends:
+                if end.step is None:
+                    continue
                 labels[end.step] = end.who
                 needs[end.step].update(s.step for s in self.producers.get(tensor, []) if s.step is not None)
         for cycle in find_cycles(needs):

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Hashable, Mapping, Iterable
+from collections.abc import Iterable, Mapping
+from typing import Protocol, TypeVar
 
 
-def find_cycles(edges: Mapping[Hashable, Iterable[Hashable]]) -> list[list]:
+class _Sortable(Protocol):
+    def __lt__(self, other, /) -> bool: ...
+
+
+Node = TypeVar("Node", bound=_Sortable)  # a model's name, a step's number: sortable, for a stable report
+
+
+def find_cycles(edges: Mapping[Node, Iterable[Node]]) -> list[list[Node]]:
     """One cycle per group of nodes that reach each other (self-loops included), as the list of its
     nodes in edge order; nodes are visited in sorted order so the report is stable."""
-    found: list[list] = []
-    groups: list[set] = []
-    state: dict = {}  # node -> "open" while on the current path, "done" after
-    path: list = []
+    found: list[list[Node]] = []
+    groups: list[set[Node]] = []
+    state: dict[Node, str] = {}  # node -> "open" while on the current path, "done" after
+    path: list[Node] = []
 
-    def visit(node) -> None:
+    def visit(node: Node) -> None:
         state[node] = "open"
         path.append(node)
         for successor in sorted(edges.get(node, ())):

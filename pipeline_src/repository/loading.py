@@ -23,6 +23,13 @@ class ModelEntry:
     versions: list[Path] = field(default_factory=list)  # the version folders Triton would load
 
     @property
+    def parsed_config(self) -> model_config_pb2.ModelConfig:
+        """The config, for the checks that run only on models whose config parsed."""
+        if self.config is None:
+            raise ValueError(f"{self.name}: its config is missing or did not parse")
+        return self.config
+
+    @property
     def is_ensemble(self) -> bool:
         return self.config is not None and self.config.platform == ENSEMBLE_PLATFORM
 
@@ -90,7 +97,7 @@ def loaded_versions(entry: ModelEntry, report: Report) -> list[Path]:
     if not available:
         report.error(entry.name, f"no version folder (e.g. {entry.directory / '1'}): Triton loads no version of it")
         return []
-    policy = entry.config.version_policy
+    policy = entry.parsed_config.version_policy
     choice = policy.WhichOneof("policy_choice")
     if choice == "all":
         return [available[number] for number in sorted(available)]

@@ -16,28 +16,28 @@ BUILD_HINT = "if it is a built model file (model.onnx, blip/), run `make models`
 
 
 def runs_onnx_runtime(entry: ModelEntry) -> bool:
-    return entry.config.platform == "onnxruntime_onnx" or entry.config.backend == "onnxruntime"
+    return entry.parsed_config.platform == "onnxruntime_onnx" or entry.parsed_config.backend == "onnxruntime"
 
 
 def backend_model_file(entry: ModelEntry, version_dir: Path) -> Path | None:
     """The file Triton's backend loads from this version folder (default_model_filename respected),
     or None for a backend this validator does not know."""
-    if entry.config.backend == PYTHON_BACKEND:
+    if entry.parsed_config.backend == PYTHON_BACKEND:
         default = "model.py"
     elif runs_onnx_runtime(entry):
         default = "model.onnx"
     else:
         return None
-    return version_dir / (entry.config.default_model_filename or default)
+    return version_dir / (entry.parsed_config.default_model_filename or default)
 
 
 def check_backend_files(entry: ModelEntry, report: Report) -> list[Path]:
     """Each version folder holds its backend's model file; returns the ones present."""
-    present = []
+    present: list[Path] = []
     for version_dir in entry.versions:
         path = backend_model_file(entry, version_dir)
         if path is None:
-            kind = entry.config.backend or entry.config.platform
+            kind = entry.parsed_config.backend or entry.parsed_config.platform
             report.warning(entry.name, f"backend/platform '{kind}': its model files are not checked")
             return present
         if path.exists():

@@ -35,8 +35,8 @@ def check_onnx_io(entry: ModelEntry, onnx_path: Path, report: Report) -> None:
     file_inputs = {value.name: value for value in graph.input if value.name not in initializers}
     file_outputs = {value.name: value for value in graph.output}
     where = f"ONNX model {onnx_path}"
-    for kind, declared, in_file in (("input", entry.config.input, file_inputs),
-                                    ("output", entry.config.output, file_outputs)):
+    for kind, declared, in_file in (("input", entry.parsed_config.input, file_inputs),
+                                    ("output", entry.parsed_config.output, file_outputs)):
         for tensor in declared:
             if tensor.name not in in_file:
                 report.error(entry.name, f"config {kind} '{tensor.name}' is not an {kind} of {where} "
@@ -45,7 +45,7 @@ def check_onnx_io(entry: ModelEntry, onnx_path: Path, report: Report) -> None:
             mismatch = _value_mismatch(entry, tensor, in_file[tensor.name], onnx)
             if mismatch:
                 report.error(entry.name, f"{kind} '{tensor.name}': {mismatch} ({where})")
-    for name in file_inputs.keys() - {tensor.name for tensor in entry.config.input}:
+    for name in file_inputs.keys() - {tensor.name for tensor in entry.parsed_config.input}:
         report.error(entry.name, f"{where} has input '{name}', which the config does not declare: "
                                  "ONNX Runtime needs every input fed")
 

@@ -26,7 +26,7 @@ def stub_import_path(entry: ModelEntry):
 
 def check_settings(entry: ModelEntry, report: Report) -> StepSettings | None:
     """The step's settings, or None when they cannot be checked (an error or a warning says why)."""
-    parameters = {key: value.string_value for key, value in entry.config.parameters.items()}
+    parameters = {key: value.string_value for key, value in entry.parsed_config.parameters.items()}
     try:
         with stub_import_path(entry):
             cls = declared_settings_class(parameters)

@@ -50,7 +50,7 @@ def validate_repository(path: Path | str, config_name: str | None = None) -> Rep
 
 
 def _check_model(entry: ModelEntry, models: dict[str, ModelEntry], report: Report) -> None:
-    config = entry.config
+    config = entry.parsed_config
     if entry.is_ensemble:
         if config.backend:
             report.error(entry.name, f"an ensemble has no backend, but the config says '{config.backend}'")

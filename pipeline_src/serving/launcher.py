@@ -196,6 +196,10 @@ class TritonServer:
         self.process: subprocess.Popen | None = None
 
     @property
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
     def http_url(self) -> str:
         return f"{reachable_host(self.address)}:{self.ports.http}"
 
@@ -244,6 +248,7 @@ class TritonServer:
         return self
 
     def wait_until_ready(self, timeout_s: float) -> None:
+        assert self.process is not None, "start() spawns the server first"
         try:
             wait_for_http(self.process, f"http://{self.http_url}/v2/health/ready", timeout_s, "tritonserver")
         except ServerStartError as exc:

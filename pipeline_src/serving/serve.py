@@ -90,7 +90,7 @@ def _ignore_further_stop_signals() -> None:
 def wait_while_running(server: TritonServer, api: ApiProcess | None) -> bool:
     """Until a stop signal (True) or until a server exits on its own (False)."""
     try:
-        while server.process.poll() is None and (api is None or api.process.poll() is None):
+        while server.is_running and (api is None or api.process.poll() is None):
             time.sleep(1.0)
     except StopRequested as stop:
         print(f"{stop}: stopping ...", flush=True)

@@ -132,9 +132,9 @@ def penalise_repetition(logits: np.ndarray, seen: list[list[int]], penalty: floa
     positive, multiplied when negative)."""
     logits = logits.copy()
     for row, tokens in enumerate(seen):
-        tokens = np.unique(tokens)
-        scores = logits[row, tokens]
-        logits[row, tokens] = np.where(scores < 0, scores * penalty, scores / penalty)
+        distinct = np.unique(tokens)
+        scores = logits[row, distinct]
+        logits[row, distinct] = np.where(scores < 0, scores * penalty, scores / penalty)
     return logits
 
 
@@ -166,8 +166,13 @@ class GreedyCaptioner:
         decoder = TextDecoder(graphs_dir, precision, on_gpu, device_id, intra_op_threads)
         return cls(decoder, tokenizers.Tokenizer.from_file(str(graphs_dir / TOKENIZER_FILE)), **generation)
 
+    def text_tokenizer(self) -> tokenizers.Tokenizer:
+        if self.tokenizer is None:
+            raise ValueError("this captioner was made without a tokenizer: it generates token ids only")
+        return self.tokenizer
+
     def prompt_ids(self, prompt: str) -> list[int]:
-        return blip_prompt_ids(self.tokenizer.encode(prompt).ids, self.decoder.shape["bos_token_id"])
+        return blip_prompt_ids(self.text_tokenizer().encode(prompt).ids, self.decoder.shape["bos_token_id"])
 
     def caption(self, image_embeds: np.ndarray, prompts: Sequence[str]) -> list[str]:
         """Captions for ``image_embeds [n, image tokens, width]``; ``""`` means no prompt."""
@@ -176,7 +181,7 @@ class GreedyCaptioner:
         if not prompts:
             return []
         new_tokens = self.generate(image_embeds, [self.prompt_ids(prompt) for prompt in prompts])
-        continuations = self.tokenizer.decode_batch(new_tokens, skip_special_tokens=True)
+        continuations = self.text_tokenizer().decode_batch(new_tokens, skip_special_tokens=True)
         return [join_caption(prompt, continuation) for prompt, continuation in zip(prompts, continuations)]
 
     def warm_up(self) -> float:
