@@ -33,8 +33,11 @@ QUANTILES = (50, 95)
 
 
 def summary(latencies: list[float], timings: list[dict], wall_s: float) -> dict:
-    figures = {"requests": len(latencies), "rps": len(latencies) / wall_s,
-               **percentiles_ms(np.array(latencies) * 1000, QUANTILES, "latency_")}
+    figures = {
+        "requests": len(latencies),
+        "rps": len(latencies) / wall_s,
+        **percentiles_ms(np.array(latencies) * 1000, QUANTILES, "latency_"),
+    }
     if timings:
         app, triton, latency = (np.array([t[key] for t in timings]) for key in ("app", "triton", "latency"))
         figures |= percentiles_ms(latency - triton, QUANTILES, "api_added_")  # everything the HTTP hop costs
@@ -53,12 +56,15 @@ def server_timing(header: str) -> dict:
     return {name: float(duration) for name, duration in (item.split(";dur=") for item in header.split(", "))}
 
 
-async def benchmark(photos: list[bytes], grpc_url: str, api_url: str, levels: list[int], per_round: int,
-                    rounds: int) -> list[dict]:
+async def benchmark(
+    photos: list[bytes], grpc_url: str, api_url: str, levels: list[int], per_round: int, rounds: int
+) -> list[dict]:
     rows = []
     triton_stats = grpcclient_aio.InferenceServerClient(grpc_url)
-    async with AsyncFood11Client(grpc_url, timeout_s=300) as grpc_client, \
-            httpx.AsyncClient(base_url=api_url, timeout=300, limits=httpx.Limits(max_connections=max(levels))) as http:
+    async with (
+        AsyncFood11Client(grpc_url, timeout_s=300) as grpc_client,
+        httpx.AsyncClient(base_url=api_url, timeout=300, limits=httpx.Limits(max_connections=max(levels))) as http,
+    ):
 
         async def direct(photo: bytes):
             await grpc_client.caption([photo])
@@ -81,11 +87,17 @@ async def benchmark(photos: list[bytes], grpc_url: str, api_url: str, levels: li
                     previous = samples[name]
                     samples[name] = (previous[0] + latencies, previous[1] + added, previous[2] + wall)
             grpc, api = summary(*samples["grpc"]), summary(*samples["api"])
-            row = {"concurrency": concurrency, "grpc": grpc, "api": api,
-                   "api_over_grpc_throughput": api["rps"] / grpc["rps"],
-                   "p50_difference_ms": api["latency_p50_ms"] - grpc["latency_p50_ms"]}
+            row = {
+                "concurrency": concurrency,
+                "grpc": grpc,
+                "api": api,
+                "api_over_grpc_throughput": api["rps"] / grpc["rps"],
+                "p50_difference_ms": api["latency_p50_ms"] - grpc["latency_p50_ms"],
+            }
             for model in BATCHED_STEPS:  # both paths together
-                inferences, runs = (now - then for now, then in zip(await executions(triton_stats, model), before[model]))
+                inferences, runs = (
+                    now - then for now, then in zip(await executions(triton_stats, model), before[model])
+                )
                 row[f"{model}_mean_batch"] = inferences / runs
             print(json.dumps(row), flush=True)
             rows.append(row)
@@ -95,9 +107,11 @@ async def benchmark(photos: list[bytes], grpc_url: str, api_url: str, levels: li
 
 def markdown(result: dict) -> str:
     lines = [
-        f"# API vs direct gRPC ({result['blip']})", "",
+        f"# API vs direct gRPC ({result['blip']})",
+        "",
         f"{result['requests_per_path_and_level']} requests per path and level, same {result['photos']} photos, "
-        "rounds alternating between paths.", "",
+        "rounds alternating between paths.",
+        "",
         "| concurrency | gRPC req/s | API req/s | API/gRPC throughput | gRPC p50 / p95 ms | API p50 / p95 ms "
         "| p50 difference ms | API hop p50 / p95 ms | of which API server p50 / p95 ms "
         "| classifier / captioner mean batch |",
@@ -111,20 +125,28 @@ def markdown(result: dict) -> str:
             f"| {api['latency_p50_ms']:.1f} / {api['latency_p95_ms']:.1f} | {row['p50_difference_ms']:+.1f} "
             f"| {api['api_added_p50_ms']:.2f} / {api['api_added_p95_ms']:.2f} "
             f"| {api['api_server_p50_ms']:.2f} / {api['api_server_p95_ms']:.2f} "
-            f"| {row['classifier_mean_batch']:.2f} / {row['captioner_mean_batch']:.2f} |")
-    lines += ["", "API hop: a request's latency through the API less the time the API waited on Triton (its "
-              "Server-Timing `triton`): HTTP client, network, uvicorn, multipart parsing, FastAPI. Of which API "
-              "server: Server-Timing `app` less `triton`, the time spent inside the API process. The p50 "
-              "difference between the two paths also carries the dynamic batcher's queueing noise. Mean batch: "
-              "inferences per execution Triton counted for the step, both paths together (single-image "
-              "requests, so above 1 means requests from different clients were run together)."]
+            f"| {row['classifier_mean_batch']:.2f} / {row['captioner_mean_batch']:.2f} |"
+        )
+    lines += [
+        "",
+        "API hop: a request's latency through the API less the time the API waited on Triton (its "
+        "Server-Timing `triton`): HTTP client, network, uvicorn, multipart parsing, FastAPI. Of which API "
+        "server: Server-Timing `app` less `triton`, the time spent inside the API process. The p50 "
+        "difference between the two paths also carries the dynamic batcher's queueing noise. Mean batch: "
+        "inferences per execution Triton counted for the step, both paths together (single-image "
+        "requests, so above 1 means requests from different clients were run together).",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--blip-standin", choices=("tiny", "base"), default="tiny",
-                        help="BLIP stand-in of the repository built for the run (default: %(default)s)")
+    parser.add_argument(
+        "--blip-standin",
+        choices=("tiny", "base"),
+        default="tiny",
+        help="BLIP stand-in of the repository built for the run (default: %(default)s)",
+    )
     parser.add_argument("--repository", type=Path, help="use this built repository instead of building one")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
     parser.add_argument("--requests", type=int, default=48, help="requests per path, level and round")
@@ -139,13 +161,15 @@ def main(argv=None) -> None:
             api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
             try:
                 api.wait_until_alive()
-                rows = asyncio.run(benchmark(photos, triton.grpc_url, api.url, args.concurrency, args.requests,
-                                             args.rounds))
+                rows = asyncio.run(
+                    benchmark(photos, triton.grpc_url, api.url, args.concurrency, args.requests, args.rounds)
+                )
             finally:
                 api.stop()
 
     result = {
-        "blip": f"BLIP stand-in {args.blip_standin}" if not args.repository
+        "blip": f"BLIP stand-in {args.blip_standin}"
+        if not args.repository
         else f"repository {portable_path(args.repository)}",
         "photos": len(photos),
         "requests_per_path_and_level": args.requests * args.rounds,

@@ -37,10 +37,15 @@ from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.profiling.photos import varied_photos
 from pipeline_src.profiling.plots import latency_plot, step_split_plot, throughput_plot
 from pipeline_src.profiling.report import markdown_table, write_csv
-from pipeline_src.profiling.results import (RESULTS_DIR, Provenance, collect_provenance, parse_benchmark_args,
-                                            write_results)
-from pipeline_src.repository.bls_calls import bls_callees
+from pipeline_src.profiling.results import (
+    RESULTS_DIR,
+    Provenance,
+    collect_provenance,
+    parse_benchmark_args,
+    write_results,
+)
 from pipeline_src.profiling.triton_stats import counters_since, model_counters
+from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports, wait_for_http
 from pipeline_src.serving.serve import ApiProcess
 from pipeline_src.steps.captioning import standin_info
@@ -52,15 +57,28 @@ STEPS = ("preprocess", "classifier", "vision_encoder", "label_and_caption", "cap
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository",
-                        help="a built repository (make models); default: %(default)s")
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=PROJECT_ROOT / "model_repository",
+        help="a built repository (make models); default: %(default)s",
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--models", nargs="+", default=[ENSEMBLE, *STEPS])
     parser.add_argument("--photos", type=int, default=12, help="distinct photos in the input data")
-    parser.add_argument("--window", type=int, default=16,
-                        help="perf_analyzer requests per count window (at least the concurrency is used)")
-    parser.add_argument("--compare-concurrency", type=int, nargs="+", default=[1, 8],
-                        help="levels at which the API and baseline (a) are driven")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=16,
+        help="perf_analyzer requests per count window (at least the concurrency is used)",
+    )
+    parser.add_argument(
+        "--compare-concurrency",
+        type=int,
+        nargs="+",
+        default=[1, 8],
+        help="levels at which the API and baseline (a) are driven",
+    )
     parser.add_argument("--compare-requests", type=int, default=24, help="requests per path and level")
     parser.add_argument("--soak-seconds", type=float, default=300.0)
     parser.add_argument("--soak-concurrency", type=int, default=8)
@@ -76,9 +94,14 @@ def perf_sweep(triton: TritonServer, input_files: dict[str, Path], args, scratch
             before = model_counters(triton.grpc_url)
             try:
                 measurement, stability = perf_analyzer.measure_stably(
-                    model, triton.grpc_url, input_files[model], concurrency, scratch / f"{model}_{concurrency}.csv",
-                    max(args.window, concurrency), bls_composing=bls_callees(args.repository, model)
-                    if model == ENSEMBLE else ())
+                    model,
+                    triton.grpc_url,
+                    input_files[model],
+                    concurrency,
+                    scratch / f"{model}_{concurrency}.csv",
+                    max(args.window, concurrency),
+                    bls_composing=bls_callees(args.repository, model) if model == ENSEMBLE else (),
+                )
             except perf_analyzer.PerfAnalyzerFailed as exc:
                 print(exc, file=sys.stderr, flush=True)
                 rows.append({"model": model, "concurrency": concurrency, "error": str(exc).splitlines()[-1]})
@@ -88,8 +111,9 @@ def perf_sweep(triton: TritonServer, input_files: dict[str, Path], args, scratch
             for step, figures in stats.items():
                 row[f"{step}_mean_batch"] = figures["mean_batch"]
                 row[f"{step}_queue_ms"] = figures["queue_ms"]
-                row[f"{step}_compute_ms"] = figures["compute_input_ms"] + figures["compute_infer_ms"] + figures[
-                    "compute_output_ms"]
+                row[f"{step}_compute_ms"] = (
+                    figures["compute_input_ms"] + figures["compute_infer_ms"] + figures["compute_output_ms"]
+                )
             print(json.dumps(row), flush=True)
             rows.append(row)
             if model == ENSEMBLE:
@@ -100,8 +124,10 @@ def perf_sweep(triton: TritonServer, input_files: dict[str, Path], args, scratch
 def step_split(row: dict) -> dict:
     """Each step's own queue and compute time per ensemble request. The BLS step's compute includes its
     wait on the captioner, which is the captioner's queue and compute: subtracted, so nothing counts twice."""
-    split = {step: {"queue_ms": row.get(f"{step}_queue_ms", 0.0), "compute_ms": row.get(f"{step}_compute_ms", 0.0)}
-             for step in STEPS}
+    split = {
+        step: {"queue_ms": row.get(f"{step}_queue_ms", 0.0), "compute_ms": row.get(f"{step}_compute_ms", 0.0)}
+        for step in STEPS
+    }
     captioner = split["captioner"]["queue_ms"] + split["captioner"]["compute_ms"]
     split["label_and_caption"]["compute_ms"] = max(0.0, split["label_and_caption"]["compute_ms"] - captioner)
     return split
@@ -111,6 +137,7 @@ async def drive_http(url: str, photos: list[bytes], levels: list[int], total: in
     """POST /caption from ``len(levels)`` runs of the shared load generator."""
     rows = []
     async with httpx.AsyncClient(base_url=url, timeout=900) as http:
+
         async def call(photo: bytes) -> None:
             response = await http.post("/caption", files={"photo": ("photo.jpg", photo, "image/jpeg")})
             response.raise_for_status()
@@ -125,12 +152,22 @@ async def drive_http(url: str, photos: list[bytes], levels: list[int], total: in
 
 def course_baseline(repository: Path, photos: list[bytes], args) -> list[dict]:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "pipeline_src.profiling.course_server",
-                                "--repository", str(repository), "--port", str(port)])
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline_src.profiling.course_server",
+            "--repository",
+            str(repository),
+            "--port",
+            str(port),
+        ]
+    )
     try:
         wait_for_http(process, f"http://127.0.0.1:{port}/healthz", 300, "the course-style server")
-        return asyncio.run(drive_http(f"http://127.0.0.1:{port}", photos, args.compare_concurrency,
-                                      args.compare_requests))
+        return asyncio.run(
+            drive_http(f"http://127.0.0.1:{port}", photos, args.compare_concurrency, args.compare_requests)
+        )
     finally:
         process.terminate()
         process.wait(30)
@@ -138,8 +175,10 @@ def course_baseline(repository: Path, photos: list[bytes], args) -> list[dict]:
 
 def soak(triton: TritonServer, photos: list[bytes], concurrency: int, seconds: float) -> dict:
     """Load at ``concurrency`` for ``seconds`` (bounded in count too), sampling server memory."""
+
     async def load() -> tuple:
         async with AsyncFood11Client(triton.grpc_url, timeout_s=900) as client:
+
             async def call(photo: bytes) -> None:
                 await client.caption([photo])
 
@@ -147,8 +186,13 @@ def soak(triton: TritonServer, photos: list[bytes], concurrency: int, seconds: f
 
     with MemorySampler([triton.process.pid], every_s=10.0) as sampler:
         latencies, _, wall = asyncio.run(load())
-    return {"concurrency": concurrency, "seconds": wall, **latency_summary(latencies, wall), **sampler.growth(),
-            "samples": sampler.samples}
+    return {
+        "concurrency": concurrency,
+        "seconds": wall,
+        **latency_summary(latencies, wall),
+        **sampler.growth(),
+        "samples": sampler.samples,
+    }
 
 
 def offline_limit(repository: Path, photos: list[bytes], batches=(1, 2, 4, 8, 16)) -> dict:
@@ -159,18 +203,24 @@ def offline_limit(repository: Path, photos: list[bytes], batches=(1, 2, 4, 8, 16
     throughput = {}
     for batch in batches:
         chosen = [photos[i % len(photos)] for i in range(batch)]
-        throughput[batch] = batch / best_seconds(lambda: pipeline(chosen), repeats=1)
+        throughput[batch] = batch / best_seconds(lambda chosen=chosen: pipeline(chosen), repeats=1)
         print(json.dumps({"offline_batch": batch, "img_per_s": throughput[batch]}), flush=True)
     best = max(throughput, key=throughput.get)
-    return {"step_ms_batch_1": step_ms, "sum_step_ms_batch_1": sum(step_ms.values()),
-            "img_per_s_by_batch": throughput, "best_batch": best, "best_img_per_s": throughput[best],
-            "captioner_precision": pipeline.captioner.precision}
+    return {
+        "step_ms_batch_1": step_ms,
+        "sum_step_ms_batch_1": sum(step_ms.values()),
+        "img_per_s_by_batch": throughput,
+        "best_batch": best,
+        "best_img_per_s": throughput[best],
+        "captioner_precision": pipeline.captioner.precision,
+    }
 
 
 def targets(rows: list[dict], api: list[dict], course: list[dict], soaked: dict, offline: dict) -> list[dict]:
     def ensemble(concurrency: int) -> dict:
-        return next((r for r in rows if r["model"] == ENSEMBLE and r["concurrency"] == concurrency
-                     and "throughput" in r), {})
+        return next(
+            (r for r in rows if r["model"] == ENSEMBLE and r["concurrency"] == concurrency and "throughput" in r), {}
+        )
 
     def at(table: list[dict], concurrency: int) -> dict:
         return next((r for r in table if r["concurrency"] == concurrency), {})
@@ -178,24 +228,52 @@ def targets(rows: list[dict], api: list[dict], course: list[dict], soaked: dict,
     checks = []
     if ensemble(1):
         ratio = ensemble(1)["p50_ms"] / offline["sum_step_ms_batch_1"]
-        checks.append({"target": "orchestration: ensemble p50 at c=1 / sum of in-process steps at batch 1",
-                       "goal": "<= 1.10", "value": ratio, "met": ratio <= 1.10})
+        checks.append(
+            {
+                "target": "orchestration: ensemble p50 at c=1 / sum of in-process steps at batch 1",
+                "goal": "<= 1.10",
+                "value": ratio,
+                "met": ratio <= 1.10,
+            }
+        )
     for concurrency in (8, 16):
         if ensemble(concurrency):
             ratio = ensemble(concurrency)["throughput"] / offline["best_img_per_s"]
-            checks.append({"target": f"limit: ensemble throughput at c={concurrency} / offline best batch",
-                           "goal": ">= 0.90", "value": ratio, "met": ratio >= 0.9})
+            checks.append(
+                {
+                    "target": f"limit: ensemble throughput at c={concurrency} / offline best batch",
+                    "goal": ">= 0.90",
+                    "value": ratio,
+                    "met": ratio >= 0.9,
+                }
+            )
     if at(api, 8) and at(course, 8):
         ratio = at(api, 8)["throughput"] / at(course, 8)["throughput"]
-        checks.append({"target": "product API / course server throughput at c=8", "goal": ">= 2",
-                       "value": ratio, "met": ratio >= 2})
-        checks.append({"target": "product API p95 / course server p95 at c=8", "goal": "< 1",
-                       "value": at(api, 8)["p95_ms"] / at(course, 8)["p95_ms"],
-                       "met": at(api, 8)["p95_ms"] < at(course, 8)["p95_ms"]})
+        checks.append(
+            {
+                "target": "product API / course server throughput at c=8",
+                "goal": ">= 2",
+                "value": ratio,
+                "met": ratio >= 2,
+            }
+        )
+        checks.append(
+            {
+                "target": "product API p95 / course server p95 at c=8",
+                "goal": "< 1",
+                "value": at(api, 8)["p95_ms"] / at(course, 8)["p95_ms"],
+                "met": at(api, 8)["p95_ms"] < at(course, 8)["p95_ms"],
+            }
+        )
     if soaked:
-        checks.append({"target": f"memory: peak PSS growth over {soaked['seconds']:.0f} s at c={soaked['concurrency']}",
-                       "goal": "<= 10 %", "value": soaked["growth_peak_over_first"],
-                       "met": soaked["growth_peak_over_first"] <= 0.10})
+        checks.append(
+            {
+                "target": f"memory: peak PSS growth over {soaked['seconds']:.0f} s at c={soaked['concurrency']}",
+                "goal": "<= 10 %",
+                "value": soaked["growth_peak_over_first"],
+                "met": soaked["growth_peak_over_first"] <= 0.10,
+            }
+        )
     return checks
 
 
@@ -215,43 +293,81 @@ def write_bench_results(name: str, result: dict, provenance: Provenance) -> Path
 
 def markdown(name: str, result: dict) -> str:
     sections = [
-        (f"Benchmark: {result['blip']}", [
-            f"Captioner on the CPU in {result['offline']['captioner_precision']}. Plots: "
-            f"`{name}_throughput.png`, `{name}_latency.png`, `{name}_step_split.png`; every row in `{name}.csv`.",
-            f"Server memory (PSS of tritonserver and its {result['memory_before']['processes'] - 1} stub processes): "
-            f"{result['memory_before']['pss_mib']:.0f} MiB after warm-up, {result['memory_after']['pss_mib']:.0f} MiB "
-            f"at the end (RSS {result['memory_before']['rss_mib']:.0f} / {result['memory_after']['rss_mib']:.0f} MiB)."],
-         ["target", "goal", "value", "met"], result["targets"]),
-        ("perf_analyzer (latency in ms; mean batch per step from Triton's statistics)", [],
-         ["model", "concurrency", "throughput", "p50_ms", "p95_ms", "p99_ms", "stability_percentage", "preprocess_mean_batch",
-          "classifier_mean_batch", "captioner_mean_batch", "captioner_queue_ms", "captioner_compute_ms", "error"],
-         result["perf_analyzer"]),
-        ("Through the HTTP API vs baseline (a), the course's server (same load generator)", [],
-         ["path", "concurrency", "requests", "throughput", "p50_ms", "p95_ms", "p99_ms"],
-         [{"path": "product API", **row} for row in result["api"]] +
-         [{"path": "course server", **row} for row in result["course"]]),
-        ("Baseline (b): in-process, no server", [
-            "Each step's compute at batch 1 (ms): " + ", ".join(
-                f"{step} {ms:.1f}" for step, ms in result["offline"]["step_ms_batch_1"].items())
-            + f"; sum {result['offline']['sum_step_ms_batch_1']:.0f} ms."],
-         ["batch", "img_per_s"], [{"batch": b, "img_per_s": v} for b, v in result["offline"]["img_per_s_by_batch"].items()]),
+        (
+            f"Benchmark: {result['blip']}",
+            [
+                f"Captioner on the CPU in {result['offline']['captioner_precision']}. Plots: "
+                f"`{name}_throughput.png`, `{name}_latency.png`, `{name}_step_split.png`; every row in `{name}.csv`.",
+                f"Server memory (PSS of tritonserver and its {result['memory_before']['processes'] - 1} stub "
+                "processes): "
+                f"{result['memory_before']['pss_mib']:.0f} MiB after warm-up, "
+                f"{result['memory_after']['pss_mib']:.0f} MiB "
+                f"at the end (RSS {result['memory_before']['rss_mib']:.0f} / "
+                f"{result['memory_after']['rss_mib']:.0f} MiB).",
+            ],
+            ["target", "goal", "value", "met"],
+            result["targets"],
+        ),
+        (
+            "perf_analyzer (latency in ms; mean batch per step from Triton's statistics)",
+            [],
+            [
+                "model",
+                "concurrency",
+                "throughput",
+                "p50_ms",
+                "p95_ms",
+                "p99_ms",
+                "stability_percentage",
+                "preprocess_mean_batch",
+                "classifier_mean_batch",
+                "captioner_mean_batch",
+                "captioner_queue_ms",
+                "captioner_compute_ms",
+                "error",
+            ],
+            result["perf_analyzer"],
+        ),
+        (
+            "Through the HTTP API vs baseline (a), the course's server (same load generator)",
+            [],
+            ["path", "concurrency", "requests", "throughput", "p50_ms", "p95_ms", "p99_ms"],
+            [{"path": "product API", **row} for row in result["api"]]
+            + [{"path": "course server", **row} for row in result["course"]],
+        ),
+        (
+            "Baseline (b): in-process, no server",
+            [
+                "Each step's compute at batch 1 (ms): "
+                + ", ".join(f"{step} {ms:.1f}" for step, ms in result["offline"]["step_ms_batch_1"].items())
+                + f"; sum {result['offline']['sum_step_ms_batch_1']:.0f} ms."
+            ],
+            ["batch", "img_per_s"],
+            [{"batch": b, "img_per_s": v} for b, v in result["offline"]["img_per_s_by_batch"].items()],
+        ),
     ]
-    parts = [markdown_table(title, paragraphs, columns, rows, level=1 if index == 0 else 2)
-             for index, (title, paragraphs, columns, rows) in enumerate(sections)]
+    parts = [
+        markdown_table(title, paragraphs, columns, rows, level=1 if index == 0 else 2)
+        for index, (title, paragraphs, columns, rows) in enumerate(sections)
+    ]
     if result.get("soak"):
         soak = result["soak"]
         parts.append(
             f"## Soak\n\n{soak['requests']} requests in {soak['seconds']:.0f} s at concurrency {soak['concurrency']}: "
             f"{soak['throughput']:.2f} req/s, p50 {soak['p50_ms']:.0f} ms, p99 {soak['p99_ms']:.0f} ms. Server PSS "
-            f"{soak['pss_first_mib']:.0f} MiB first, {soak['pss_peak_mib']:.0f} MiB peak, {soak['pss_last_mib']:.0f} MiB "
-            f"last ({soak['growth_peak_over_first'] * 100:+.1f} % peak over first).\n")
+            f"{soak['pss_first_mib']:.0f} MiB first, {soak['pss_peak_mib']:.0f} MiB peak, "
+            f"{soak['pss_last_mib']:.0f} MiB "
+            f"last ({soak['growth_peak_over_first'] * 100:+.1f} % peak over first).\n"
+        )
     return "\n".join(parts)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     repository = args.repository.resolve()
-    standin = standin_info(repository / "captioner" / "1" / step_settings(repository, "captioner", CaptionerSettings).model_dir)
+    standin = standin_info(
+        repository / "captioner" / "1" / step_settings(repository, "captioner", CaptionerSettings).model_dir
+    )
     photos = varied_photos(args.photos)
     scratch = PROJECT_ROOT / "build" / "bench"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -274,9 +390,15 @@ def main(argv=None) -> None:
 
     result = {
         "blip": f"BLIP stand-in {standin['size']} (random weights)" if standin else "BLIP (real weights)",
-        "photos": len(photos), "memory_before": memory_before, "memory_after": memory_after,
-        "perf_analyzer": rows, "step_split": splits, "api": api_rows, "course": course_rows,
-        "soak": soaked, "offline": offline,
+        "photos": len(photos),
+        "memory_before": memory_before,
+        "memory_after": memory_after,
+        "perf_analyzer": rows,
+        "step_split": splits,
+        "api": api_rows,
+        "course": course_rows,
+        "soak": soaked,
+        "offline": offline,
     }
     result["targets"] = targets(rows, api_rows, course_rows, soaked, offline)
     print(write_bench_results(args.name, result, collect_provenance()).read_text())

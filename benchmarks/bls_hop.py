@@ -30,7 +30,7 @@ from pipeline_src.serving.launcher import TritonServer, free_ports
 
 MAX_BATCH = 8
 
-IDENTITY_PY = '''
+IDENTITY_PY = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -38,9 +38,9 @@ class TritonPythonModel:
     def execute(self, requests):
         return [pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(request, "X").as_numpy())]) for request in requests]
-'''
+"""
 
-BLS_PY = '''
+BLS_PY = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -56,7 +56,7 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(output_tensors=[
                     pb_utils.Tensor("Y", pb_utils.get_output_tensor_by_name(called, "Y").as_numpy())]))
         return responses
-'''
+"""
 
 
 def python_config(name: str, dims: str) -> str:
@@ -71,12 +71,15 @@ instance_group [ {{ count: 1, kind: KIND_CPU }} ]
 
 def ensemble_config(name: str, dims: str, steps: list[str]) -> str:
     tensors = ["X", *[f"t{index}" for index in range(1, len(steps))], "Y"]
-    blocks = [f'''    {{
+    blocks = [
+        f'''    {{
       model_name: "{model}"
       model_version: -1
       input_map {{ key: "X", value: "{tensors[index]}" }}
       output_map {{ key: "Y", value: "{tensors[index + 1]}" }}
-    }}''' for index, model in enumerate(steps)]
+    }}'''
+        for index, model in enumerate(steps)
+    ]
     steps_text = ",\n".join(blocks)
     return f'''name: "{name}"
 platform: "ensemble"
@@ -104,12 +107,14 @@ def build_repository(root: Path, shape: tuple[int, ...]) -> Path:
     """The five models, for tensors of ``shape`` (without the batch dimension)."""
     dims = ", ".join(map(str, shape))
     files = {
-        "identity/config.pbtxt": python_config("identity", dims), "identity/1/model.py": IDENTITY_PY,
-        "relay/config.pbtxt": python_config("relay", dims), "relay/1/model.py": IDENTITY_PY,
-        "bls_identity/config.pbtxt": python_config("bls_identity", dims), "bls_identity/1/model.py": BLS_PY,
+        "identity/config.pbtxt": python_config("identity", dims),
+        "identity/1/model.py": IDENTITY_PY,
+        "relay/config.pbtxt": python_config("relay", dims),
+        "relay/1/model.py": IDENTITY_PY,
+        "bls_identity/config.pbtxt": python_config("bls_identity", dims),
+        "bls_identity/1/model.py": BLS_PY,
         "ensemble_identity/config.pbtxt": ensemble_config("ensemble_identity", dims, ["identity"]),
-        "ensemble_relay_identity/config.pbtxt": ensemble_config("ensemble_relay_identity", dims,
-                                                                ["relay", "identity"]),
+        "ensemble_relay_identity/config.pbtxt": ensemble_config("ensemble_relay_identity", dims, ["relay", "identity"]),
     }
     for relative, text in files.items():
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -163,8 +168,11 @@ def measure(shape: tuple[int, ...], requests: int, rounds: int, warmup: int) -> 
             client.close()
     figures = {}
     for path, (latencies, wall, count, ns) in samples.items():
-        figures[path] = {**latency_summary(latencies, wall), "mean_ms": float(np.mean(latencies) * 1000),
-                         "server_mean_ms": ns / count / 1e6}
+        figures[path] = {
+            **latency_summary(latencies, wall),
+            "mean_ms": float(np.mean(latencies) * 1000),
+            "server_mean_ms": ns / count / 1e6,
+        }
     return figures
 
 
@@ -191,36 +199,54 @@ def comparisons(figures: dict) -> dict:
 
 
 def markdown(result: dict) -> str:
-    lines = ["# One BLS hop against one ensemble hop", "",
-             f"Concurrency 1, {result['requests_per_path']} requests per path and tensor size ({result['rounds']} "
-             f"rounds rotating the paths' order, after {result['warmup']} warm-up requests each), tritonserver "
-             f"{result['server']}.", ""]
+    lines = [
+        "# One BLS hop against one ensemble hop",
+        "",
+        f"Concurrency 1, {result['requests_per_path']} requests per path and tensor size ({result['rounds']} "
+        f"rounds rotating the paths' order, after {result['warmup']} warm-up requests each), tritonserver "
+        f"{result['server']}.",
+        "",
+    ]
     for size in result["sizes"]:
         figures, compared = size["paths"], size["comparisons"]
-        lines += [f"## X: FP32 [1, {', '.join(map(str, size['shape']))}] ({size['bytes']:,} bytes)", "",
-                  "| path | what | p50 ms | p95 ms | mean ms | req/s | inside Triton, mean ms |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            f"## X: FP32 [1, {', '.join(map(str, size['shape']))}] ({size['bytes']:,} bytes)",
+            "",
+            "| path | what | p50 ms | p95 ms | mean ms | req/s | inside Triton, mean ms |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for path, what in PATHS.items():
             f = figures[path]
-            lines.append(f"| `{path}` | {what} | {f['p50_ms']:.3f} | {f['p95_ms']:.3f} | {f['mean_ms']:.3f} "
-                         f"| {f['throughput']:.0f} | {f['server_mean_ms']:.3f} |")
-        lines += ["", "| comparison | p50 difference ms | p95 difference ms | inside Triton difference ms "
-                      "| p50 ratio | throughput ratio |", "| --- | --- | --- | --- | --- | --- |"]
+            lines.append(
+                f"| `{path}` | {what} | {f['p50_ms']:.3f} | {f['p95_ms']:.3f} | {f['mean_ms']:.3f} "
+                f"| {f['throughput']:.0f} | {f['server_mean_ms']:.3f} |"
+            )
+        lines += [
+            "",
+            "| comparison | p50 difference ms | p95 difference ms | inside Triton difference ms "
+            "| p50 ratio | throughput ratio |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for name, c in compared.items():
-            lines.append(f"| {name} (`{c['paths'][0]}` vs `{c['paths'][1]}`) | {c['p50_difference_ms']:+.3f} "
-                         f"| {c['p95_difference_ms']:+.3f} | {c['server_mean_difference_ms']:+.3f} "
-                         f"| {c['p50_ratio']:.2f} | {c['throughput_ratio']:.2f} |")
+            lines.append(
+                f"| {name} (`{c['paths'][0]}` vs `{c['paths'][1]}`) | {c['p50_difference_ms']:+.3f} "
+                f"| {c['p95_difference_ms']:+.3f} | {c['server_mean_difference_ms']:+.3f} "
+                f"| {c['p50_ratio']:.2f} | {c['throughput_ratio']:.2f} |"
+            )
         lines.append("")
-    lines += ["Inside Triton: Triton's own statistics for the path's top-level model (request received to "
-              "response sent), so the client's and gRPC's share is left out. All paths answer Y = X with the same "
-              "request; a BLS hop and an ensemble hop are compared on paths that both run two Python models."]
+    lines += [
+        "Inside Triton: Triton's own statistics for the path's top-level model (request received to "
+        "response sent), so the client's and gRPC's share is left out. All paths answer Y = X with the same "
+        "request; a BLS hop and an ensemble hop are compared on paths that both run two Python models."
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=100, help="requests per path, size and round "
-                        "(default: %(default)s)")
+    parser.add_argument(
+        "--requests", type=int, default=100, help="requests per path, size and round (default: %(default)s)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="(default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=20, help="warm-up requests per path (default: %(default)s)")
     parser.add_argument("--name", default="bls_hop", help="results file name, without extension")
@@ -230,11 +256,19 @@ def main(argv: list[str] | None = None) -> None:
     for shape in ((16,), (3, 384, 384)):
         print(f"measuring X of shape {shape} ...", flush=True)
         figures = measure(shape, args.requests, args.rounds, args.warmup)
-        sizes.append({"shape": list(shape), "bytes": int(np.prod(shape)) * 4, "paths": figures,
-                      "comparisons": comparisons(figures)})
+        sizes.append(
+            {
+                "shape": list(shape),
+                "bytes": int(np.prod(shape)) * 4,
+                "paths": figures,
+                "comparisons": comparisons(figures),
+            }
+        )
     result = {
         "server": f"2.51 (nvidia-pytriton {version('nvidia-pytriton')})",
-        "requests_per_path": args.requests * args.rounds, "rounds": args.rounds, "warmup": args.warmup,
+        "requests_per_path": args.requests * args.rounds,
+        "rounds": args.rounds,
+        "warmup": args.warmup,
         "sizes": sizes,
     }
     print(write_results(args.name, result, markdown(result)).read_text())

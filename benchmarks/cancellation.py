@@ -32,12 +32,17 @@ async def raw_call(url: str, deadline_s: float | None) -> None:
     from food11_client.client import _inputs, _outputs
 
     async with grpcclient_aio.InferenceServerClient(url) as client:
-        await client.infer("food11_pipeline", _inputs(grpcclient_aio, [APPLE]), outputs=_outputs(grpcclient_aio),
-                           client_timeout=deadline_s)
+        await client.infer(
+            "food11_pipeline",
+            _inputs(grpcclient_aio, [APPLE]),
+            outputs=_outputs(grpcclient_aio),
+            client_timeout=deadline_s,
+        )
 
 
 async def storm(url: str, way: str, deadline_s: float, rounds: int, concurrency: int) -> None:
     async with AsyncFood11Client(url) as client:
+
         async def one():
             try:
                 if way == "raw gRPC":
@@ -78,18 +83,29 @@ def main(argv=None) -> None:
         if not (repository / "captioner" / "1" / "text_decoder").exists():
             build_repository_copy(repository, blip_standin="tiny")
     seen = {}
-    rows = [{"way": way, "deadline_ms": deadline_ms,
-             "survived": trial(repository, way, deadline_ms / 1000, args.rounds, args.concurrency, seen)}
-            for way in ("raw gRPC", "food11_client") for deadline_ms in args.deadlines_ms]
+    rows = [
+        {
+            "way": way,
+            "deadline_ms": deadline_ms,
+            "survived": trial(repository, way, deadline_ms / 1000, args.rounds, args.concurrency, seen),
+        }
+        for way in ("raw gRPC", "food11_client")
+        for deadline_ms in args.deadlines_ms
+    ]
     version = seen["triton"]
     table = markdown_table(
         "Calls given up on: does tritonserver survive?",
-        [f"tritonserver {version}. Per deadline a fresh server, "
-         f"{args.rounds} rounds of {args.concurrency} concurrent calls with that deadline (tiny stand-ins), "
-         "then one call without: survived = still running and answering."],
+        [
+            f"tritonserver {version}. Per deadline a fresh server, "
+            f"{args.rounds} rounds of {args.concurrency} concurrent calls with that deadline (tiny stand-ins), "
+            "then one call without: survived = still running and answering."
+        ],
         ["way", "deadline (ms)", "survived"],
-        [{**row, "deadline (ms)": f"{row['deadline_ms']:g}", "survived": "yes" if row["survived"] else "**no**"}
-         for row in rows])
+        [
+            {**row, "deadline (ms)": f"{row['deadline_ms']:g}", "survived": "yes" if row["survived"] else "**no**"}
+            for row in rows
+        ],
+    )
     result = {"triton": version, "rounds": args.rounds, "concurrency": args.concurrency, "rows": rows}
     print(write_results("cancellation", result, table).read_text())
 

@@ -71,12 +71,18 @@ def main(argv=None) -> None:
     for knob in KNOBS:
         if args.knobs and not any(knob.name.startswith(prefix) for prefix in args.knobs):
             continue
-        captioner = (InProcessPipeline(args.repository, course=True) if knob.course else InProcessPipeline(
-            args.repository, cpu_precision=knob.precision, intra_op_threads=knob.threads)).captioner
+        captioner = (
+            InProcessPipeline(args.repository, course=True)
+            if knob.course
+            else InProcessPipeline(args.repository, cpu_precision=knob.precision, intra_op_threads=knob.threads)
+        ).captioner
         captions = captioner.caption(pixels, prompts)
         reference = reference if reference is not None else captions
-        row = {"knob": knob.name, "note": knob.note,
-               "identical_to_course": sum(a == b for a, b in zip(reference, captions)) / len(reference)}
+        row = {
+            "knob": knob.name,
+            "note": knob.note,
+            "identical_to_course": sum(a == b for a, b in zip(reference, captions)) / len(reference),
+        }
         # The course's way is one photo at a time: its batch 1 is its figure.
         for batch in args.batches[:1] if knob.course else args.batches:
             row[f"img_per_s_batch_{batch}"] = throughput(captioner, pixels, prompts, batch, args.repeats)
@@ -87,20 +93,43 @@ def main(argv=None) -> None:
     course = rows[0][f"img_per_s_batch_{args.batches[0]}"]
     for row in rows:
         row["best_vs_course"] = max(row.get(f"img_per_s_batch_{b}", 0.0) for b in args.batches) / course
-    fidelity = {step: read_fidelity(path) for step, path in (
-        ("vision_encoder", args.repository / "vision_encoder" / "1"),
-        ("text_decoder", args.repository / "captioner" / "1" / "text_decoder"))}
-    result = {"max_new_tokens": pipeline.captioner_settings.max_new_tokens, "photos": len(photos), "rows": rows,
-              "fidelity": fidelity}
-    columns = ["knob"] + [f"img_per_s_batch_{b}" for b in args.batches] + [
-        "best_vs_course", "identical_to_course", "note"]
-    int8 = "; ".join(f"{step} int8 teacher-forced top-1 {figures['options']['int8']['teacher_forced_top1']:.1%}"
-                     for step, figures in fidelity.items() if figures)
-    print(write_results(args.name, result, markdown_table(
-        "BLIP captioner knobs",
-        [f"Repository `{args.repository.name}` (BLIP stand-in base), {result['max_new_tokens']} new tokens, greedy, "
-         f"{len(photos)} photos with the pipeline's prompts. Build-time fidelity: {int8}."],
-        columns, rows)).read_text())
+    fidelity = {
+        step: read_fidelity(path)
+        for step, path in (
+            ("vision_encoder", args.repository / "vision_encoder" / "1"),
+            ("text_decoder", args.repository / "captioner" / "1" / "text_decoder"),
+        )
+    }
+    result = {
+        "max_new_tokens": pipeline.captioner_settings.max_new_tokens,
+        "photos": len(photos),
+        "rows": rows,
+        "fidelity": fidelity,
+    }
+    columns = (
+        ["knob"] + [f"img_per_s_batch_{b}" for b in args.batches] + ["best_vs_course", "identical_to_course", "note"]
+    )
+    int8 = "; ".join(
+        f"{step} int8 teacher-forced top-1 {figures['options']['int8']['teacher_forced_top1']:.1%}"
+        for step, figures in fidelity.items()
+        if figures
+    )
+    print(
+        write_results(
+            args.name,
+            result,
+            markdown_table(
+                "BLIP captioner knobs",
+                [
+                    f"Repository `{args.repository.name}` (BLIP stand-in base), {result['max_new_tokens']} new "
+                    "tokens, greedy, "
+                    f"{len(photos)} photos with the pipeline's prompts. Build-time fidelity: {int8}."
+                ],
+                columns,
+                rows,
+            ),
+        ).read_text()
+    )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--photos", type=int, default=8)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--window", type=int, default=16, help="perf_analyzer requests per count window")
-    parser.add_argument("--previous-python", type=Path,
-                        help="the bin folder of a virtualenv whose Python imports the previous checkout")
+    parser.add_argument(
+        "--previous-python", type=Path, help="the bin folder of a virtualenv whose Python imports the previous checkout"
+    )
     parser.add_argument("--previous-repository", type=Path, help="that checkout's built model repository")
     parser.add_argument("--name", default="captioner_speed")
     return parse_benchmark_args(parser, argv)
@@ -72,9 +73,12 @@ def course_way(repository: Path, photos: list[bytes]) -> dict:
         started = time.perf_counter()
         pipeline([photo])
         latencies.append(time.perf_counter() - started)
-    return {"path": "course: Hugging Face fp32 generate, one photo at a time, in-process",
-            "concurrency": 1, "throughput": len(photos) / sum(latencies),
-            "p50_ms": 1000 * percentile(latencies, 50)}
+    return {
+        "path": "course: Hugging Face fp32 generate, one photo at a time, in-process",
+        "concurrency": 1,
+        "throughput": len(photos) / sum(latencies),
+        "p50_ms": 1000 * percentile(latencies, 50),
+    }
 
 
 class TritonWithPython(TritonServer):
@@ -90,25 +94,50 @@ class TritonWithPython(TritonServer):
         return env
 
 
-def served(repository: Path, photos: list[bytes], input_file: Path, levels: list[int], window: int, label: str,
-           scratch: Path, precision: str | None = None, check_captions: bool = True,
-           python_bin: Path | None = None, precision_steps: tuple[str, ...] = INT8_STEPS) -> tuple[list[dict], dict]:
+def served(
+    repository: Path,
+    photos: list[bytes],
+    input_file: Path,
+    levels: list[int],
+    window: int,
+    label: str,
+    scratch: Path,
+    precision: str | None = None,
+    check_captions: bool = True,
+    python_bin: Path | None = None,
+    precision_steps: tuple[str, ...] = INT8_STEPS,
+) -> tuple[list[dict], dict]:
     """perf_analyzer on the ensemble at each level; server memory; served captions against Hugging Face."""
     work_dir, ports = scratch / f"triton{len(list(scratch.glob('triton*')))}", free_ports()
     extra_args = ("--model-control-mode=explicit", "--load-model=*")
-    server = (TritonWithPython(repository, work_dir, ports, extra_args=extra_args, python_bin=python_bin)
-              if python_bin else TritonServer(repository, work_dir, ports, extra_args=extra_args))
+    server = (
+        TritonWithPython(repository, work_dir, ports, extra_args=extra_args, python_bin=python_bin)
+        if python_bin
+        else TritonServer(repository, work_dir, ports, extra_args=extra_args)
+    )
     rows, extra = [], {}
     with server:
         if precision:
             set_cpu_precision(server.grpc_url, precision, precision_steps)
         for concurrency in levels:
             measurement, stability = perf_analyzer.measure_stably(
-                ENSEMBLE, server.grpc_url, input_file, concurrency, scratch / f"{label}_{concurrency}.csv",
-                max(window, concurrency), bls_composing=bls_callees(repository, ENSEMBLE))
+                ENSEMBLE,
+                server.grpc_url,
+                input_file,
+                concurrency,
+                scratch / f"{label}_{concurrency}.csv",
+                max(window, concurrency),
+                bls_composing=bls_callees(repository, ENSEMBLE),
+            )
             memory = server_memory_mib(server.process.pid)
-            rows.append({"path": label, **measurement.__dict__, "stability_percentage": stability,
-                         "server_pss_mib": memory["pss_mib"]})
+            rows.append(
+                {
+                    "path": label,
+                    **measurement.__dict__,
+                    "stability_percentage": stability,
+                    "server_pss_mib": memory["pss_mib"],
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
         if check_captions:
             extra = caption_check(server.grpc_url, repository, photos)
@@ -133,15 +162,21 @@ def caption_check(grpc_url: str, repository: Path, photos: list[bytes]) -> dict:
     raw = grpcclient.InferenceServerClient(grpc_url)
     image = grpcclient.InferInput("IMAGE", [len(photos), 1], "BYTES")
     image.set_data_from_numpy(np.array([[photo] for photo in photos], dtype=np.object_))
-    pixels = raw.infer("preprocess", [image], outputs=[grpcclient.InferRequestedOutput("CAPTIONER_PIXELS")]
-                       ).as_numpy("CAPTIONER_PIXELS")
+    pixels = raw.infer("preprocess", [image], outputs=[grpcclient.InferRequestedOutput("CAPTIONER_PIXELS")]).as_numpy(
+        "CAPTIONER_PIXELS"
+    )
     raw.close()
-    template = step_settings(repository, "label_and_caption", LabelAndCaptionSettings).prompt_template  # the prompt the pipeline used
+    template = step_settings(
+        repository, "label_and_caption", LabelAndCaptionSettings
+    ).prompt_template  # the prompt the pipeline used
     prompts = [build_prompt(template, r.label) if r.caption_status == STATUS_OK else "" for r in results]
     course = HuggingFaceCaptioner.load(repository / "captioner" / "1" / "blip", max_new_tokens=20)
     expected = course.caption(pixels, prompts)
-    return {"captions_identical_to_hugging_face": sum(r.caption == e for r, e in zip(results, expected)),
-            "captions": len(photos), "distinct_captions": len({r.caption for r in results})}
+    return {
+        "captions_identical_to_hugging_face": sum(r.caption == e for r, e in zip(results, expected)),
+        "captions": len(photos),
+        "distinct_captions": len({r.caption for r in results}),
+    }
 
 
 def previous(args, input_file: Path, scratch: Path) -> list[dict]:
@@ -151,9 +186,19 @@ def previous(args, input_file: Path, scratch: Path) -> list[dict]:
     os.chdir(scratch)
     try:
         # int8: its default on an AVX2-only CPU (its auto picks bf16 where the CPU has it natively).
-        rows, _ = served(repository, [], input_file, [8], args.window,
-                         "previous captioner (PyTorch, cpu_precision int8)", scratch, precision="int8",
-                         check_captions=False, python_bin=python_bin, precision_steps=("captioner",))
+        rows, _ = served(
+            repository,
+            [],
+            input_file,
+            [8],
+            args.window,
+            "previous captioner (PyTorch, cpu_precision int8)",
+            scratch,
+            precision="int8",
+            check_captions=False,
+            python_bin=python_bin,
+            precision_steps=("captioner",),
+        )
     finally:
         os.chdir(here)
     return rows
@@ -168,18 +213,24 @@ def main(argv=None) -> None:
         input_file = write_input_data(args.repository, photos, scratch / "input")[ENSEMBLE]
         result["course"] = course_way(args.repository, photos)
         print(json.dumps(result["course"]), flush=True)
-        result["exact"], result["exact_captions"] = served(args.repository, photos, input_file, args.concurrency,
-                                                           args.window, "served, exact (fp32)", scratch)
-        result["int8"], result["int8_captions"] = served(args.repository, photos, input_file, [8], args.window,
-                                                         "served, int8 weights", scratch, precision="int8")
+        result["exact"], result["exact_captions"] = served(
+            args.repository, photos, input_file, args.concurrency, args.window, "served, exact (fp32)", scratch
+        )
+        result["int8"], result["int8_captions"] = served(
+            args.repository, photos, input_file, [8], args.window, "served, int8 weights", scratch, precision="int8"
+        )
         if args.previous_python and args.previous_repository:
             try:
                 result["previous"] = previous(args, input_file, scratch)
             except Exception as exc:  # the other checkout could not be served: say so, keep the rest
                 result["previous_error"] = str(exc).splitlines()[0]
-    result["fidelity"] = {step: read_fidelity(directory) for step, directory in (
-        ("vision_encoder", args.repository / "vision_encoder" / "1"),
-        ("text_decoder", args.repository / "captioner" / "1" / "text_decoder"))}
+    result["fidelity"] = {
+        step: read_fidelity(directory)
+        for step, directory in (
+            ("vision_encoder", args.repository / "vision_encoder" / "1"),
+            ("text_decoder", args.repository / "captioner" / "1" / "text_decoder"),
+        )
+    }
     course = result["course"]["throughput"]
     for row in [*result["exact"], *result["int8"], *result.get("previous", [])]:
         row["vs_course"] = row["throughput"] / course
@@ -197,15 +248,35 @@ def report(result: dict) -> str:
         f"{result['exact_captions']['captions']}, int8 {result['int8_captions']['captions_identical_to_hugging_face']}"
         f" of {result['int8_captions']['captions']} (distinct captions served: "
         f"{result['exact_captions']['distinct_captions']}).",
-        "Build-time fidelity of int8 against fp32 (teacher-forced, check photos): " + "; ".join(
+        "Build-time fidelity of int8 against fp32 (teacher-forced, check photos): "
+        + "; ".join(
             f"{step} int8: top-1 {figures['options']['int8']['teacher_forced_top1']:.1%}, max relative logit error "
-            f"{figures['options']['int8']['max_relative_logit_error']:.1e}" for step, figures in fidelity.items()
-            if figures) + (f"; both int8: top-1 {fidelity['text_decoder']['both_int8']['teacher_forced_top1']:.1%}"
-                           if fidelity.get("text_decoder") else ""),
+            f"{figures['options']['int8']['max_relative_logit_error']:.1e}"
+            for step, figures in fidelity.items()
+            if figures
+        )
+        + (
+            f"; both int8: top-1 {fidelity['text_decoder']['both_int8']['teacher_forced_top1']:.1%}"
+            if fidelity.get("text_decoder")
+            else ""
+        ),
     ]
-    return markdown_table("Captioner: served pipeline vs the course's way", paragraphs,
-                          ["path", "concurrency", "throughput", "vs_course", "p50_ms", "p50_vs_course_p50",
-                           "p95_ms", "server_pss_mib", "stability_percentage"], rows)
+    return markdown_table(
+        "Captioner: served pipeline vs the course's way",
+        paragraphs,
+        [
+            "path",
+            "concurrency",
+            "throughput",
+            "vs_course",
+            "p50_ms",
+            "p50_vs_course_p50",
+            "p95_ms",
+            "server_pss_mib",
+            "stability_percentage",
+        ],
+        rows,
+    )
 
 
 if __name__ == "__main__":

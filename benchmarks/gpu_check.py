@@ -17,24 +17,33 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import torch
 from torch import nn
 from transformers import AutoTokenizer, BlipForConditionalGeneration
 
-import onnxruntime as ort
 from pipeline_src.model_build import blip_fidelity, blip_onnx
 from pipeline_src.model_build.blip_snapshot import save_standin
-from pipeline_src.steps import onnx_runtime
-from pipeline_src.steps.captioning import (CROSS_KV_FILE, DECODER_SHAPE_FILE, DECODER_STEP_FILE, GreedyCaptioner,
-                                           TextDecoder)
 from pipeline_src.profiling.report import markdown_table
 from pipeline_src.profiling.results import RESULTS_DIR, parse_benchmark_args, write_results
+from pipeline_src.steps import onnx_runtime
+from pipeline_src.steps.captioning import (
+    CROSS_KV_FILE,
+    DECODER_SHAPE_FILE,
+    DECODER_STEP_FILE,
+    GreedyCaptioner,
+    TextDecoder,
+)
 from pipeline_src.steps.onnx_runtime import OnnxModel
 
 OUT = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS_DIR
 WORK = Path("/tmp/gpucheck")
-results: dict = {"providers": ort.get_available_providers(), "ort": ort.__version__, "torch": torch.__version__,
-                 "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+results: dict = {
+    "providers": ort.get_available_providers(),
+    "ort": ort.__version__,
+    "torch": torch.__version__,
+    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+}
 
 
 ROWS = ("ort_cpu_fp32", "ort_cuda_fp32_tf32_off", "ort_cuda_fp32_tf32_default", "ort_cuda_fp16")
@@ -42,16 +51,39 @@ ROWS = ("ort_cpu_fp32", "ort_cuda_fp32_tf32_off", "ort_cuda_fp32_tf32_default", 
 
 def save():
     """Everything measured so far (each stage saves: a later one may crash the process)."""
-    rows = [{"run": name, **{k: v for k, v in results[name].items() if k != "providers"}}
-            for name in ROWS if name in results and "error" not in results[name]]
-    write_results("gpu_check", results, markdown_table(
-        "Captioner graphs on a GPU", [
-            f"GPU: {results['gpu']}; onnxruntime-gpu {results['ort']}, torch {results['torch']}. Base BLIP stand-in, "
-            f"the build's 8 check inputs, 20 new tokens, against Hugging Face fp32 generate on the CPU. Hugging Face "
-            f"fp32 on the GPU, one photo at a time: {results.get('hf_gpu_fp32_img_per_s_batch_1', float('nan')):.2f} "
-            "img/s."],
-        ["run", "captions_identical", "captions", "teacher_forced_top1", "max_relative_logit_error",
-         "img_per_s_batch_1", "img_per_s_batch_8", "fp16_vision_row_equal_alone"], rows), directory=OUT)
+    rows = [
+        {"run": name, **{k: v for k, v in results[name].items() if k != "providers"}}
+        for name in ROWS
+        if name in results and "error" not in results[name]
+    ]
+    write_results(
+        "gpu_check",
+        results,
+        markdown_table(
+            "Captioner graphs on a GPU",
+            [
+                f"GPU: {results['gpu']}; onnxruntime-gpu {results['ort']}, torch {results['torch']}. Base BLIP "
+                "stand-in, "
+                "the build's 8 check inputs, 20 new tokens, against Hugging Face fp32 generate on the CPU. "
+                "Hugging Face "
+                "fp32 on the GPU, one photo at a time: "
+                f"{results.get('hf_gpu_fp32_img_per_s_batch_1', float('nan')):.2f} "
+                "img/s."
+            ],
+            [
+                "run",
+                "captions_identical",
+                "captions",
+                "teacher_forced_top1",
+                "max_relative_logit_error",
+                "img_per_s_batch_1",
+                "img_per_s_batch_8",
+                "fp16_vision_row_equal_alone",
+            ],
+            rows,
+        ),
+        directory=OUT,
+    )
 
 
 def speed(vision, decoder, tokenizer, pixels, prompts, batch, repeats=3):
@@ -114,9 +146,12 @@ def main(argv=None):
             for _ in range(2):
                 started = time.perf_counter()
                 for row, row_ids in enumerate(ids):
-                    gpu.generate(pixel_values=torch.from_numpy(pixels[row:row + 1]).cuda(),
-                                 input_ids=torch.tensor([[*row_ids, shape.sep_token_id]]).cuda(),
-                                 max_new_tokens=20, do_sample=False)
+                    gpu.generate(
+                        pixel_values=torch.from_numpy(pixels[row : row + 1]).cuda(),
+                        input_ids=torch.tensor([[*row_ids, shape.sep_token_id]]).cuda(),
+                        max_new_tokens=20,
+                        do_sample=False,
+                    )
                 torch.cuda.synchronize()
             results["hf_gpu_fp32_img_per_s_batch_1"] = len(ids) / (time.perf_counter() - started)
         blip = gpu.cpu()
@@ -125,12 +160,17 @@ def main(argv=None):
     save()
 
     original = onnx_runtime.execution_providers
-    for label, on_gpu, tf32 in (("ort_cpu_fp32", False, None), ("ort_cuda_fp32_tf32_off", True, None),
-                                ("ort_cuda_fp32_tf32_default", True, 1)):
+    for label, on_gpu, tf32 in (
+        ("ort_cpu_fp32", False, None),
+        ("ort_cuda_fp32_tf32_off", True, None),
+        ("ort_cuda_fp32_tf32_default", True, 1),
+    ):
         try:
             if tf32 is not None:
-                onnx_runtime.execution_providers = lambda on_gpu, device_id=0: [
-                    ("CUDAExecutionProvider", {"device_id": device_id, "use_tf32": tf32}), "CPUExecutionProvider"]
+                onnx_runtime.execution_providers = lambda on_gpu, device_id=0, tf32=tf32: [
+                    ("CUDAExecutionProvider", {"device_id": device_id, "use_tf32": tf32}),
+                    "CPUExecutionProvider",
+                ]
             vision = OnnxModel(WORK / "vision.onnx", on_gpu=on_gpu)
             decoder = TextDecoder(WORK / "text", on_gpu=on_gpu)
             figures = blip_fidelity.measure(reference, vision, decoder, pixels, 20)
@@ -150,12 +190,15 @@ def main(argv=None):
         half_dir.mkdir(exist_ok=True)
         blip16 = BlipForConditionalGeneration.from_pretrained(str(snapshot)).eval().cuda()
         with torch.inference_mode():
-            blip_onnx.export_vision_encoder(HalfInside(blip_onnx.VisionEncoder(blip16)), half_dir / "vision.onnx",
-                                            device="cuda")
-            blip_onnx.export_cross_kv(HalfInside(blip_onnx.CrossKeysValues(blip16)), shape,
-                                      half_dir / CROSS_KV_FILE, device="cuda")
-            blip_onnx.export_decoder_step(HalfInside(HalfMaskDecoderStep(blip16)), shape,
-                                          half_dir / DECODER_STEP_FILE, device="cuda")
+            blip_onnx.export_vision_encoder(
+                HalfInside(blip_onnx.VisionEncoder(blip16)), half_dir / "vision.onnx", device="cuda"
+            )
+            blip_onnx.export_cross_kv(
+                HalfInside(blip_onnx.CrossKeysValues(blip16)), shape, half_dir / CROSS_KV_FILE, device="cuda"
+            )
+            blip_onnx.export_decoder_step(
+                HalfInside(HalfMaskDecoderStep(blip16)), shape, half_dir / DECODER_STEP_FILE, device="cuda"
+            )
         (half_dir / DECODER_SHAPE_FILE).write_text(json.dumps(shape.as_dict()))
         vision = OnnxModel(half_dir / "vision.onnx", on_gpu=True)
         decoder = TextDecoder(half_dir, on_gpu=True)

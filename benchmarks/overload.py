@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """``make overload``: offered load from 1x to 10x the measured capacity, through the API.
 
-Starts tritonserver (default: model_repository/, the base stand-in that `make serve` serves) and the API
-with its settings (FOOD11_API_* from the environment: its defaults) on free loopback ports; takes each
-photo's answer alone (the truth); measures capacity as the throughput of a closed loop at the captioner's
-batch of 8; then, for each level, sends single-photo uploads at ``level x capacity`` per second (evenly
-spaced arrivals, open loop: callers do not wait for each other) for ``--seconds``. For each level: goodput (right answers per second), refusals
-(503 with Retry-After) and how fast they came, p50/p99 of answered requests, hung requests (no answer
-within the API's deadline plus 30 s), answers that are not their photo's, and server memory (PSS of
+Starts tritonserver (default: model_repository/, the base stand-in that `make serve` serves) and the API with
+its settings (FOOD11_API_* from the environment: its defaults) on free loopback ports; takes each photo's
+answer alone (the truth); measures capacity as the throughput of a closed loop at the captioner's batch of 8;
+then, for each level, sends single-photo uploads at ``level x capacity`` per second (evenly spaced arrivals,
+open loop: callers do not wait for each other) for ``--seconds``. For each level: goodput (right answers per
+second), refusals (503 with Retry-After) and how fast they came, p50/p99 of answered requests, hung requests
+(no answer within the API's deadline plus 30 s), answers that are not their photo's, and server memory (PSS of
 tritonserver, its stubs and the API) at the level's end. Then, the load gone, one more request.
 
 Figures to ``benchmarks/results/overload.{json,md}``.
@@ -57,7 +57,7 @@ class LoopLag:
             await asyncio.sleep(self.PERIOD_S)
             self.lags_s.append(time.perf_counter() - started - self.PERIOD_S)
 
-    async def __aenter__(self) -> "LoopLag":
+    async def __aenter__(self) -> LoopLag:
         self._task = asyncio.ensure_future(self._watch())
         return self
 
@@ -74,6 +74,7 @@ async def offered_load(api_url: str, photos: list[bytes], truth, rate: float, se
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     outcomes: list[dict] = []
     async with httpx.AsyncClient(base_url=api_url, timeout=HUNG_AFTER_S, limits=limits) as http, LoopLag() as lag:
+
         async def one(index: int) -> None:
             photo = index % len(photos)
             started = time.perf_counter()
@@ -82,12 +83,18 @@ async def offered_load(api_url: str, photos: list[bytes], truth, rate: float, se
             except httpx.TimeoutException:
                 outcomes.append({"status": "hung", "latency_s": time.perf_counter() - started})
                 return
-            outcome = {"status": response.status_code, "latency_s": time.perf_counter() - started,
-                       "retry_after": response.headers.get("retry-after")}
+            outcome = {
+                "status": response.status_code,
+                "latency_s": time.perf_counter() - started,
+                "retry_after": response.headers.get("retry-after"),
+            }
             if response.status_code == 200:
                 body, expected = response.json(), truth[photo]
-                outcome["right"] = (body["label"] == expected.label and body["caption"] == expected.caption
-                                    and abs(body["probability"] - expected.probability) <= PROBABILITY_TOLERANCE)
+                outcome["right"] = (
+                    body["label"] == expected.label
+                    and body["caption"] == expected.caption
+                    and abs(body["probability"] - expected.probability) <= PROBABILITY_TOLERANCE
+                )
             outcomes.append(outcome)
 
         tasks, started = [], time.perf_counter()
@@ -101,17 +108,28 @@ async def offered_load(api_url: str, photos: list[bytes], truth, rate: float, se
     refused = [o for o in outcomes if o["status"] == 503]
     refusal_ms = np.asarray([o["latency_s"] for o in refused]) * 1000
     return {
-        "sent": count, "offered_per_s": rate, "wall_s": wall_s,
-        "answered": len(answered), "goodput_per_s": sum(o["right"] for o in answered) / seconds,
+        "sent": count,
+        "offered_per_s": rate,
+        "wall_s": wall_s,
+        "answered": len(answered),
+        "goodput_per_s": sum(o["right"] for o in answered) / seconds,
         "mismatched": sum(not o["right"] for o in answered),
-        "refused": len(refused), "refused_without_retry_after": sum(o["retry_after"] is None for o in refused),
+        "refused": len(refused),
+        "refused_without_retry_after": sum(o["retry_after"] is None for o in refused),
         "refusal_p99_ms": percentile(refusal_ms, 99) if len(refused) else None,
         "refusal_max_ms": float(refusal_ms.max()) if len(refused) else None,
         "hung": sum(o["status"] == "hung" for o in outcomes),
-        "other": sum(o["status"] not in (200, 503, "hung") for o in outcomes), **lag.summary(),
-        **({f"answered_{key}": value for key, value in latency_summary([o["latency_s"] for o in answered],
-                                                                         wall_s).items() if key.endswith("_ms")}
-           if answered else {}),
+        "other": sum(o["status"] not in (200, 503, "hung") for o in outcomes),
+        **lag.summary(),
+        **(
+            {
+                f"answered_{key}": value
+                for key, value in latency_summary([o["latency_s"] for o in answered], wall_s).items()
+                if key.endswith("_ms")
+            }
+            if answered
+            else {}
+        ),
     }
 
 
@@ -133,31 +151,66 @@ async def measure(api_url: str, grpc_url: str, pids: tuple[int, int], levels: li
         print(json.dumps(row), flush=True)
     started = time.perf_counter()
     after = await drive_api(api_url, photos, 1, 1, id_prefix="after")
-    return {"capacity_per_s": capacity, "capacity_p50_ms": at_capacity["p50_ms"],
-            "capacity_p99_ms": at_capacity["p99_ms"],
-            "levels": rows, "after_status": after[0].status, "after_ms": (time.perf_counter() - started) * 1000}
+    return {
+        "capacity_per_s": capacity,
+        "capacity_p50_ms": at_capacity["p50_ms"],
+        "capacity_p99_ms": at_capacity["p99_ms"],
+        "levels": rows,
+        "after_status": after[0].status,
+        "after_ms": (time.perf_counter() - started) * 1000,
+    }
 
 
 def markdown(result: dict) -> str:
-    columns = ["offered (x capacity)", "sent", "answered", "goodput / capacity", "refused (503)",
-               "refusal p99 (ms)", "slowest refusal (ms)", "load generator's slowest wake-up (ms)",
-               "answered p50 (ms)", "answered p99 (ms)", "hung", "not their photo's", "server PSS (MiB): Triton + API"]
-    rows = [{"offered (x capacity)": f"{row['level']:g}x", "sent": row["sent"], "answered": row["answered"],
-             "goodput / capacity": row["goodput_per_s"] / result["capacity_per_s"], "refused (503)": row["refused"],
-             "refusal p99 (ms)": row["refusal_p99_ms"] if row["refusal_p99_ms"] is not None else "-",
-             "slowest refusal (ms)": row["refusal_max_ms"] if row["refusal_max_ms"] is not None else "-",
-             "load generator's slowest wake-up (ms)": row.get("generator_lag_max_ms", "-"),
-             "answered p50 (ms)": row.get("answered_p50_ms", "-"), "answered p99 (ms)": row.get("answered_p99_ms", "-"),
-             "hung": row["hung"], "not their photo's": row["mismatched"], "server PSS (MiB): Triton + API":
-             f"{row['pss_mib']:.0f}: {row['triton_pss_mib']:.0f} + {row['api_pss_mib']:.0f}"}
-            for row in result["levels"]]
-    return markdown_table("Overload through the API", [
-        f"Repository {result['repository']}; the API's settings but "
-        f"FOOD11_API_MAX_IN_FLIGHT={result['api_max_in_flight']}.",
-        f"Capacity (closed loop at concurrency {CAPACITY_CONCURRENCY}): {result['capacity_per_s']:.2f} photos/s, "
-        f"p50 {result['capacity_p50_ms']:.0f} ms, p99 {result['capacity_p99_ms']:.0f} ms. Each level: evenly spaced "
-        f"single-photo uploads at that multiple of capacity for {result['seconds']:.0f} s, each waited for on its own.",
-        f"After the load: one request, HTTP {result['after_status']} in {result['after_ms']:.0f} ms."], columns, rows)
+    columns = [
+        "offered (x capacity)",
+        "sent",
+        "answered",
+        "goodput / capacity",
+        "refused (503)",
+        "refusal p99 (ms)",
+        "slowest refusal (ms)",
+        "load generator's slowest wake-up (ms)",
+        "answered p50 (ms)",
+        "answered p99 (ms)",
+        "hung",
+        "not their photo's",
+        "server PSS (MiB): Triton + API",
+    ]
+    rows = [
+        {
+            "offered (x capacity)": f"{row['level']:g}x",
+            "sent": row["sent"],
+            "answered": row["answered"],
+            "goodput / capacity": row["goodput_per_s"] / result["capacity_per_s"],
+            "refused (503)": row["refused"],
+            "refusal p99 (ms)": row["refusal_p99_ms"] if row["refusal_p99_ms"] is not None else "-",
+            "slowest refusal (ms)": row["refusal_max_ms"] if row["refusal_max_ms"] is not None else "-",
+            "load generator's slowest wake-up (ms)": row.get("generator_lag_max_ms", "-"),
+            "answered p50 (ms)": row.get("answered_p50_ms", "-"),
+            "answered p99 (ms)": row.get("answered_p99_ms", "-"),
+            "hung": row["hung"],
+            "not their photo's": row["mismatched"],
+            "server PSS (MiB): Triton + API": f"{row['pss_mib']:.0f}: {row['triton_pss_mib']:.0f} + "
+            "{row['api_pss_mib']:.0f}",
+        }
+        for row in result["levels"]
+    ]
+    return markdown_table(
+        "Overload through the API",
+        [
+            f"Repository {result['repository']}; the API's settings but "
+            f"FOOD11_API_MAX_IN_FLIGHT={result['api_max_in_flight']}.",
+            f"Capacity (closed loop at concurrency {CAPACITY_CONCURRENCY}): {result['capacity_per_s']:.2f} photos/s, "
+            f"p50 {result['capacity_p50_ms']:.0f} ms, p99 {result['capacity_p99_ms']:.0f} ms. Each level: "
+            "evenly spaced "
+            f"single-photo uploads at that multiple of capacity for {result['seconds']:.0f} s, each waited for "
+            "on its own.",
+            f"After the load: one request, HTTP {result['after_status']} in {result['after_ms']:.0f} ms.",
+        ],
+        columns,
+        rows,
+    )
 
 
 def main(argv=None) -> None:
@@ -172,12 +225,14 @@ def main(argv=None) -> None:
         api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
         try:
             api.wait_until_alive()
-            result = asyncio.run(measure(api.url, triton.grpc_url, (triton.process.pid, api.process.pid),
-                                         args.levels, args.seconds))
+            result = asyncio.run(
+                measure(api.url, triton.grpc_url, (triton.process.pid, api.process.pid), args.levels, args.seconds)
+            )
         finally:
             api.stop()
-    result.update(repository=args.model_repository.name, seconds=args.seconds,
-                  api_max_in_flight=ApiSettings().max_in_flight)  # FOOD11_API_MAX_IN_FLIGHT, as the API reads it
+    result.update(
+        repository=args.model_repository.name, seconds=args.seconds, api_max_in_flight=ApiSettings().max_in_flight
+    )  # FOOD11_API_MAX_IN_FLIGHT, as the API reads it
     print(write_results(args.name, result, markdown(result)).read_text())
 
 

@@ -36,8 +36,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--photos", type=int, default=60, help="distinct photos: real ones, then crops and rescalings")
-    parser.add_argument("--model-repository", type=Path,
-                        help="default: a copy with the tiny BLIP stand-in, built once under build/soak/")
+    parser.add_argument(
+        "--model-repository",
+        type=Path,
+        help="default: a copy with the tiny BLIP stand-in, built once under build/soak/",
+    )
     parser.add_argument("--name", default="soak", help="result file names under benchmarks/results/")
     return parse_benchmark_args(parser, argv)
 
@@ -55,10 +58,16 @@ def markdown(result: dict) -> str:
     checks = [
         {"check": "failed", "goal": 0, "value": result["failed"]},
         {"check": "lost (sent, not answered exactly once)", "goal": 0, "value": result["lost"]},
-        {"check": "answers not matching their own photo (id, label, probability)", "goal": 0,
-         "value": result["mismatched"]},
-        {"check": "server PSS, last sample over first after warm-up", "goal": f"< {MAX_MEMORY_GROWTH:+.0%}",
-         "value": f"{result['growth_last_over_first']:+.1%} (peak {result['growth_peak_over_first']:+.1%})"},
+        {
+            "check": "answers not matching their own photo (id, label, probability)",
+            "goal": 0,
+            "value": result["mismatched"],
+        },
+        {
+            "check": "server PSS, last sample over first after warm-up",
+            "goal": f"< {MAX_MEMORY_GROWTH:+.0%}",
+            "value": f"{result['growth_last_over_first']:+.1%} (peak {result['growth_peak_over_first']:+.1%})",
+        },
     ]
     paragraphs = [
         f"{result['repository']}.",
@@ -83,14 +92,24 @@ def main(argv=None) -> None:
         try:
             api.wait_until_alive()
             print(f"soaking: {args.requests} requests at concurrency {args.concurrency} through {api.url}", flush=True)
-            result = asyncio.run(soak(api.url, triton.grpc_url, photos, args.requests, args.concurrency,
-                                      server_pids=(triton.process.pid, api.process.pid)))
+            result = asyncio.run(
+                soak(
+                    api.url,
+                    triton.grpc_url,
+                    photos,
+                    args.requests,
+                    args.concurrency,
+                    server_pids=(triton.process.pid, api.process.pid),
+                )
+            )
         finally:
             api.stop()
     result["passed"] = result["ok"] and result["growth_last_over_first"] < MAX_MEMORY_GROWTH
-    result["repository"] = ("Default: tiny BLIP stand-in (correctness under load, not speed)"
-                            if args.model_repository is None
-                            else f"Model repository {portable_path(args.model_repository)}")
+    result["repository"] = (
+        "Default: tiny BLIP stand-in (correctness under load, not speed)"
+        if args.model_repository is None
+        else f"Model repository {portable_path(args.model_repository)}"
+    )
     print(write_results(args.name, result, markdown(result)).read_text())
     sys.exit(0 if result["passed"] else 1)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.photos import varied_photos
 from pipeline_src.profiling.memory import MemorySampler, memory_by_model_mib
+from pipeline_src.profiling.photos import varied_photos
 from pipeline_src.profiling.report import markdown_table
 from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.serving.launcher import TritonServer, free_ports
@@ -54,19 +54,46 @@ def main(argv=None) -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=6, help="photos per caller")
     args = parse_benchmark_args(parser, argv)
-    result = {"concurrency": args.concurrency, "rounds": args.rounds, "repository": args.model_repository.name,
-              **measure(args.model_repository.resolve(), args.concurrency, args.rounds)}
+    result = {
+        "concurrency": args.concurrency,
+        "rounds": args.rounds,
+        "repository": args.model_repository.name,
+        **measure(args.model_repository.resolve(), args.concurrency, args.rounds),
+    }
     names = sorted(result["after"], key=lambda name: -result["after"][name])
-    rows = [{"process": name, "instances": result["instances"].get(name, 1), **{f"{when} (MiB)": round(result[when].get(name, 0.0)) for when in ("idle", "peak", "after")}}
-            for name in names]
-    rows.append({"process": "total", **{f"{when} (MiB)": round(sum(result[when].values()))
-                                        for when in ("idle", "peak", "after")}})
-    print(write_results("step_memory", result, markdown_table("Server memory by process (PSS)", [
-        f"Repository {result['repository']}.",
-        f"idle: every model ready; peak: the largest of 1 s samples while {args.concurrency} gRPC callers sent "
-        f"{args.rounds} photos each through the ensemble (the total's peak is the sum of per-process peaks); "
-        "after: once the load ended."], ["process", "instances", "idle (MiB)", "peak (MiB)", "after (MiB)"],
-        rows)).read_text())
+    rows = [
+        {
+            "process": name,
+            "instances": result["instances"].get(name, 1),
+            **{f"{when} (MiB)": round(result[when].get(name, 0.0)) for when in ("idle", "peak", "after")},
+        }
+        for name in names
+    ]
+    rows.append(
+        {
+            "process": "total",
+            **{f"{when} (MiB)": round(sum(result[when].values())) for when in ("idle", "peak", "after")},
+        }
+    )
+    print(
+        write_results(
+            "step_memory",
+            result,
+            markdown_table(
+                "Server memory by process (PSS)",
+                [
+                    f"Repository {result['repository']}.",
+                    f"idle: every model ready; peak: the largest of 1 s samples while {args.concurrency} gRPC "
+                    "callers sent "
+                    f"{args.rounds} photos each through the ensemble (the total's peak is the sum of "
+                    "per-process peaks); "
+                    "after: once the load ended.",
+                ],
+                ["process", "instances", "idle (MiB)", "peak (MiB)", "after (MiB)"],
+                rows,
+            ),
+        ).read_text()
+    )
 
 
 if __name__ == "__main__":

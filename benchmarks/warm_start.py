@@ -43,10 +43,9 @@ def without_warm_up(repository: Path, destination: Path) -> Path:
     """The repository with every warm-up off: hard links (no copy of the weights) but for the configs,
     which are rewritten: model_warmup (each config's last entry) cut, the captioner's warm_up false."""
     shutil.rmtree(destination, ignore_errors=True)
-    shutil.copytree(repository, destination, copy_function=os.link,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(repository, destination, copy_function=os.link, ignore=shutil.ignore_patterns("__pycache__"))
     for step in CONFIG_WARMED_STEPS:
-        rewrite_config(destination / step / "config.pbtxt", lambda text: text[:text.index("model_warmup [")])
+        rewrite_config(destination / step / "config.pbtxt", lambda text: text[: text.index("model_warmup [")])
     rewrite_config(destination / "captioner" / "config.pbtxt", lambda text: text + NO_CAPTIONER_WARM_UP)
     return destination
 
@@ -68,8 +67,13 @@ def one_round(repository: Path, steady: int) -> dict:
                 first_s = timed_caption(client, photo)
                 steady_s = [timed_caption(client, photo) for _ in range(steady)]
     median = percentile(steady_s, 50)
-    return {"ready_s": ready_s, "first_s": first_s, "steady_median_s": median, "steady_s": steady_s,
-            "first_over_steady": first_s / median}
+    return {
+        "ready_s": ready_s,
+        "first_s": first_s,
+        "steady_median_s": median,
+        "steady_s": steady_s,
+        "first_over_steady": first_s / median,
+    }
 
 
 def main(argv=None) -> None:
@@ -79,24 +83,49 @@ def main(argv=None) -> None:
     parser.add_argument("--steady", type=int, default=8)
     args = parse_benchmark_args(parser, argv)
 
-    variants = {"warm-up at load (default)": args.repository,
-                "no warm-up": without_warm_up(args.repository, PROJECT_ROOT / "build" / "warm_start" / "cold")}
+    variants = {
+        "warm-up at load (default)": args.repository,
+        "no warm-up": without_warm_up(args.repository, PROJECT_ROOT / "build" / "warm_start" / "cold"),
+    }
     rows = []
     for index in range(args.rounds):
         for variant, repository in variants.items():
             measured = one_round(repository, args.steady)
             rows.append({"variant": variant, "round": index + 1, **measured})
-            print(f"{variant}, round {index + 1}: first {measured['first_s']:.2f} s, steady median "
-                  f"{measured['steady_median_s']:.2f} s ({measured['first_over_steady']:.2f}x)", flush=True)
+            print(
+                f"{variant}, round {index + 1}: first {measured['first_s']:.2f} s, steady median "
+                f"{measured['steady_median_s']:.2f} s ({measured['first_over_steady']:.2f}x)",
+                flush=True,
+            )
     document = {"repository": args.repository.name, "rounds": rows}
     columns = ["variant", "round", "ready after (s)", "first request (ms)", "steady median (ms)", "first / steady"]
-    table = [{"variant": row["variant"], "round": row["round"], "ready after (s)": row["ready_s"],
-              "first request (ms)": row["first_s"] * 1000, "steady median (ms)": row["steady_median_s"] * 1000,
-              "first / steady": f"{row['first_over_steady']:.2f}x"} for row in rows]
-    print(write_results("warm_start", document, markdown_table("First request after ready", [
-        f"Repository {document['repository']}; one photo (OpenCV's apple) through the gRPC client, one request at "
-        f"a time, the first right after tritonserver reports ready, then {args.steady} steady ones."],
-        columns, table)).read_text())
+    table = [
+        {
+            "variant": row["variant"],
+            "round": row["round"],
+            "ready after (s)": row["ready_s"],
+            "first request (ms)": row["first_s"] * 1000,
+            "steady median (ms)": row["steady_median_s"] * 1000,
+            "first / steady": f"{row['first_over_steady']:.2f}x",
+        }
+        for row in rows
+    ]
+    print(
+        write_results(
+            "warm_start",
+            document,
+            markdown_table(
+                "First request after ready",
+                [
+                    f"Repository {document['repository']}; one photo (OpenCV's apple) through the gRPC client, "
+                    "one request at "
+                    f"a time, the first right after tritonserver reports ready, then {args.steady} steady ones."
+                ],
+                columns,
+                table,
+            ),
+        ).read_text()
+    )
 
 
 if __name__ == "__main__":

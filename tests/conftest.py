@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import skimage.data
-from PIL import Image
-
 from helpers import FRUIT_PHOTOS, PHOTOS_DIR, encode
+from PIL import Image
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,9 @@ FRUIT_PHOTOS = ("apple.jpg", "orange.jpg", "fruits.jpg")
 APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
 
 
-def post_photo(base_url: str, data: bytes, filename: str = "photo.jpg", content_type: str = "image/jpeg",
-               **kwargs) -> httpx.Response:
+def post_photo(
+    base_url: str, data: bytes, filename: str = "photo.jpg", content_type: str = "image/jpeg", **kwargs
+) -> httpx.Response:
     """Upload one photo to the API's /caption, as the photo page does."""
     return httpx.post(f"{base_url}/caption", files={"photo": (filename, data, content_type)}, timeout=120, **kwargs)
 
@@ -43,8 +44,14 @@ def gradient(width: int = 64, height: int = 48) -> Image.Image:
 def png_header_only(width: int, height: int) -> bytes:
     """A PNG whose header claims width x height but carries almost no pixel data (a decompression-bomb
     shape): refusing it must not need decoding it."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
+        + chunk(b"IEND", b"")
+    )

@@ -10,8 +10,12 @@ from starlette.formparsers import MultiPartParser
 from food11_api.dependencies import get_client
 from food11_api.errors import EXCEPTION_HANDLERS
 from food11_api.metrics import ModelAnswers, Refusals, instrument
-from food11_api.middleware import (AdmissionMiddleware, BodySizeLimitMiddleware, RequestIdMiddleware,
-                                   ServerTimingMiddleware)
+from food11_api.middleware import (
+    AdmissionMiddleware,
+    BodySizeLimitMiddleware,
+    RequestIdMiddleware,
+    ServerTimingMiddleware,
+)
 from food11_api.routes import captioning, health, pages
 from food11_api.settings import ApiSettings
 from food11_client import AsyncFood11Client
@@ -25,15 +29,16 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # One asyncio gRPC channel for the whole process, opened at start-up, closed at shutdown.
-        app.state.client = AsyncFood11Client(settings.triton_url, settings.model_name, timeout_s=settings.deadline_s,
-                                             lb_policy=settings.grpc_lb_policy)
+        app.state.client = AsyncFood11Client(
+            settings.triton_url, settings.model_name, timeout_s=settings.deadline_s, lb_policy=settings.grpc_lb_policy
+        )
         yield
         await app.state.client.close()
 
     app = FastAPI(
         title="Food-11 captioning",
         description="Upload a food photo: its Food-11 label, the label's probability, and a BLIP caption "
-                    "conditioned on the label. All model work runs in Triton.",
+        "conditioned on the label. All model work runs in Triton.",
         version="0.1.0",
         lifespan=lifespan,
         exception_handlers=EXCEPTION_HANDLERS,
@@ -46,9 +51,13 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     MultiPartParser.spool_max_size = max(MultiPartParser.spool_max_size, settings.max_upload_bytes)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_upload_bytes)
     # Outside the body limit: a request over capacity is refused before its body is read.
-    app.add_middleware(AdmissionMiddleware, max_in_flight=settings.max_in_flight,
-                       retry_after_s=settings.retry_after_s, paths=captioning.CAPTIONING_PATHS,
-                       refused=lambda: app.state.refusals.count("api"))
+    app.add_middleware(
+        AdmissionMiddleware,
+        max_in_flight=settings.max_in_flight,
+        retry_after_s=settings.retry_after_s,
+        paths=captioning.CAPTIONING_PATHS,
+        refused=lambda: app.state.refusals.count("api"),
+    )
     app.add_middleware(ServerTimingMiddleware)
     app.add_middleware(RequestIdMiddleware)  # every response, 413 included, carries the id
     registry = instrument(app)  # outermost: counts the middlewares' answers too

@@ -4,7 +4,8 @@ where Triton survives a cancellation (food11_client/cancellation.py)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, TypeVar
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from starlette.requests import Request
 

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
@@ -12,8 +13,13 @@ from fastapi.responses import JSONResponse
 from food11_api.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected
 from food11_api.middleware import error_response, over_capacity_response
 from food11_api.schemas import ErrorResponse
-from food11_client import (DeadlineExceededError, InvalidImageError, OverloadedError, PipelineError,
-                           ServerUnavailableError)
+from food11_client import (
+    DeadlineExceededError,
+    InvalidImageError,
+    OverloadedError,
+    PipelineError,
+    ServerUnavailableError,
+)
 
 log = logging.getLogger("food11_api")
 
@@ -23,21 +29,25 @@ STATUS_BY_ERROR = {InvalidImageError: 400, ServerUnavailableError: 503, Deadline
 
 def _error_doc(description: str, detail: str) -> dict:
     example = {"detail": detail, "request_id": REQUEST_ID_EXAMPLE}
-    return {"model": ErrorResponse, "description": description,
-            "content": {"application/json": {"example": example}}}
+    return {"model": ErrorResponse, "description": description, "content": {"application/json": {"example": example}}}
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: _error_doc("the photo is empty, undecodable, unsupported or too large in pixels",
-                    "in ensemble 'food11_pipeline', preprocess: image 1 of 1: cannot decode: not a JPEG, PNG, WebP, "
-                    "BMP or GIF image"),
+    400: _error_doc(
+        "the photo is empty, undecodable, unsupported or too large in pixels",
+        "in ensemble 'food11_pipeline', preprocess: image 1 of 1: cannot decode: not a JPEG, PNG, WebP, "
+        "BMP or GIF image",
+    ),
     413: _error_doc("the request body is over the upload limit", "request body over the 10485760-byte upload limit"),
     422: {"description": "malformed request body"},
-    500: _error_doc("unexpected failure; the request id is in the log",
-                    f"internal error (request id {REQUEST_ID_EXAMPLE})"),
-    503: _error_doc("over capacity (this API's in-flight cap, or a Triton step's queue; the Retry-After header says "
-                    "when to retry), or Triton is unreachable or the ensemble is not loaded",
-                    "over capacity: this API already serves 8 requests (FOOD11_API_MAX_IN_FLIGHT); retry after 2 s"),
+    500: _error_doc(
+        "unexpected failure; the request id is in the log", f"internal error (request id {REQUEST_ID_EXAMPLE})"
+    ),
+    503: _error_doc(
+        "over capacity (this API's in-flight cap, or a Triton step's queue; the Retry-After header says "
+        "when to retry), or Triton is unreachable or the ensemble is not loaded",
+        "over capacity: this API already serves 8 requests (FOOD11_API_MAX_IN_FLIGHT); retry after 2 s",
+    ),
     504: _error_doc("the pipeline did not answer within the deadline", "Deadline Exceeded"),
 }
 
@@ -51,8 +61,13 @@ async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
     if isinstance(exc, OverloadedError):  # Triton's queue refused it: the same answer as our own cap
         request.app.state.refusals.count("triton")
         retry_after = request.app.state.settings.retry_after_s
-        log.info("request %s: %s %s -> 503 (Triton over capacity): %s", request.state.request_id, request.method,
-                 request.url.path, exc)
+        log.info(
+            "request %s: %s %s -> 503 (Triton over capacity): %s",
+            request.state.request_id,
+            request.method,
+            request.url.path,
+            exc,
+        )
         return over_capacity_response(str(exc), request.state.request_id, retry_after)
     log_call = log.warning if status < 500 else log.error
     log_call("request %s: %s %s -> %d: %s", request.state.request_id, request.method, request.url.path, status, exc)
@@ -60,10 +75,18 @@ async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
 
 
 async def client_disconnected(request: Request, _exc: ClientDisconnected) -> Response:
-    fate = ("was cancelled" if await request.app.state.client.cancels_calls()
-            else "runs to its end (this Triton cannot cancel it safely) and its answer is dropped")
-    log.info("request %s: %s %s: the client disconnected; its Triton call %s",
-             request.state.request_id, request.method, request.url.path, fate)
+    fate = (
+        "was cancelled"
+        if await request.app.state.client.cancels_calls()
+        else "runs to its end (this Triton cannot cancel it safely) and its answer is dropped"
+    )
+    log.info(
+        "request %s: %s %s: the client disconnected; its Triton call %s",
+        request.state.request_id,
+        request.method,
+        request.url.path,
+        fate,
+    )
     return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; it is what logs and metrics count
 
 
@@ -73,5 +96,7 @@ async def unexpected_error(request: Request, _exc: Exception) -> JSONResponse:
 
 
 EXCEPTION_HANDLERS: dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]] = {
-    PipelineError: pipeline_error, ClientDisconnected: client_disconnected,
-                      Exception: unexpected_error}
+    PipelineError: pipeline_error,
+    ClientDisconnected: client_disconnected,
+    Exception: unexpected_error,
+}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter
@@ -21,8 +21,11 @@ def instrument(app: FastAPI) -> CollectorRegistry:
         should_group_status_codes=False,  # 400, 413, 503 and 504 mean different things here
         excluded_handlers=["/metrics"],
         registry=registry,
-    ).add(metrics.default(latency_lowr_buckets=LATENCY_BUCKETS_S, latency_highr_buckets=LATENCY_BUCKETS_S,
-                          registry=registry)).instrument(app).expose(app, include_in_schema=False)
+    ).add(
+        metrics.default(
+            latency_lowr_buckets=LATENCY_BUCKETS_S, latency_highr_buckets=LATENCY_BUCKETS_S, registry=registry
+        )
+    ).instrument(app).expose(app, include_in_schema=False)
     return registry
 
 
@@ -32,8 +35,12 @@ class ModelAnswers:
     when a stand-in (kind="stand-in") answers in production."""
 
     def __init__(self, registry: CollectorRegistry):
-        self.counter = Counter("food11_model_answers", "answers each model build took part in",
-                               ["model", "version", "kind", "sha256"], registry=registry)
+        self.counter = Counter(
+            "food11_model_answers",
+            "answers each model build took part in",
+            ["model", "version", "kind", "sha256"],
+            registry=registry,
+        )
 
     def count(self, models: Iterable) -> None:
         for served in models:

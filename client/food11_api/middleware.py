@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from starlette.responses import JSONResponse
 
@@ -24,8 +24,12 @@ def error_response(status: int, detail: str, request_id: str, **headers: str) ->
 
 def over_capacity_response(reason: str, request_id: str, retry_after_s: int) -> JSONResponse:
     """The API's answer under overload, whoever refused: 503, the reason, and when to retry."""
-    return error_response(503, f"over capacity: {reason}; retry after {retry_after_s} s", request_id,
-                          **{"Retry-After": str(retry_after_s)})
+    return error_response(
+        503,
+        f"over capacity: {reason}; retry after {retry_after_s} s",
+        request_id,
+        **{"Retry-After": str(retry_after_s)},
+    )
 
 
 def _request_id(scope) -> str:
@@ -65,8 +69,9 @@ class BodySizeLimitMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        too_large = error_response(413, f"request body over the {self.max_bytes}-byte upload limit",
-                                   _request_id(scope), connection="close")
+        too_large = error_response(
+            413, f"request body over the {self.max_bytes}-byte upload limit", _request_id(scope), connection="close"
+        )
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await too_large(scope, receive, send)
@@ -122,8 +127,7 @@ class AdmissionMiddleware:
     before the body is read: an API over capacity sheds load instead of queueing it until the deadline.
     ``refused`` is called for each refusal (the metric)."""
 
-    def __init__(self, app, max_in_flight: int, retry_after_s: int, paths: frozenset[str],
-                 refused: Callable[[], None]):
+    def __init__(self, app, max_in_flight: int, retry_after_s: int, paths: frozenset[str], refused: Callable[[], None]):
         self.app = app
         self.max_in_flight = max_in_flight
         self.retry_after_s = retry_after_s
@@ -138,7 +142,9 @@ class AdmissionMiddleware:
             self.refused()
             response = over_capacity_response(
                 f"this API already serves {self.max_in_flight} requests (FOOD11_API_MAX_IN_FLIGHT)",
-                _request_id(scope), self.retry_after_s)
+                _request_id(scope),
+                self.retry_after_s,
+            )
             return await response(scope, receive, send)
         self.in_flight += 1
         try:

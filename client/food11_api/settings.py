@@ -13,18 +13,23 @@ from food11_client.client import RETRY_AFTER_S
 class ApiSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FOOD11_API_")
 
-    triton_url: str = Field("127.0.0.1:8001", description="Triton's gRPC target: host:port, or dns:///host:port "
-                            "to reach every address a name resolves to (a Kubernetes headless Service)")
+    triton_url: str = Field(
+        "127.0.0.1:8001",
+        description="Triton's gRPC target: host:port, or dns:///host:port "
+        "to reach every address a name resolves to (a Kubernetes headless Service)",
+    )
     grpc_lb_policy: Literal["round_robin", "pick_first"] = Field(
-        "round_robin", description="round_robin: each request to the next Triton the target resolves to")
+        "round_robin", description="round_robin: each request to the next Triton the target resolves to"
+    )
     model_name: str = Field("food11_pipeline", description="the ensemble to call")
     deadline_s: float = Field(60.0, gt=0, description="per-request deadline of the Triton call, seconds")
     max_upload_bytes: int = Field(10 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     # Past this many captioning requests at once, 503 with Retry-After at once: waiting longer would only
     # bring the caller a 504. 8 is the captioner's best CPU batch here; 16 gave 20 % more goodput for twice
     # the latency and +37 % server memory (bigger batches), benchmarks/results/overload.md. Raise it on a GPU.
-    max_in_flight: int = Field(8, gt=0, description="captioning requests this API process serves at once; "
-                                                     "past it, 503 with Retry-After")
+    max_in_flight: int = Field(
+        8, gt=0, description="captioning requests this API process serves at once; past it, 503 with Retry-After"
+    )
     retry_after_s: int = Field(RETRY_AFTER_S, ge=0, description="the Retry-After of a 503 under overload, seconds")
     host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 to serve other machines")
     port: int = Field(8080, description="bind port")

@@ -1,8 +1,16 @@
 """gRPC clients (sync and asyncio) and a CLI for the Food-11 captioning ensemble."""
 
-from food11_client.client import (AsyncFood11Client, CaptionResult, DeadlineExceededError, Food11Client,
-                                  InvalidImageError, OverloadedError, PipelineError, ServedModel,
-                                  ServerUnavailableError)
+from food11_client.client import (
+    AsyncFood11Client,
+    CaptionResult,
+    DeadlineExceededError,
+    Food11Client,
+    InvalidImageError,
+    OverloadedError,
+    PipelineError,
+    ServedModel,
+    ServerUnavailableError,
+)
 
 __all__ = [
     "AsyncFood11Client",

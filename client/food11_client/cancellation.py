@@ -29,5 +29,7 @@ def cancels_safely(server_version: str) -> bool:
 
 
 def gave_up(timeout_s: float, server_version: str) -> str:
-    return (f"no answer within the deadline of {timeout_s:g} s; the call runs on inside Triton {server_version}, "
-            "which cannot cancel it safely (it is answered and dropped)")
+    return (
+        f"no answer within the deadline of {timeout_s:g} s; the call runs on inside Triton {server_version}, "
+        "which cannot cancel it safely (it is answered and dropped)"
+    )

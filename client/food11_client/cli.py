@@ -9,8 +9,16 @@ import re
 import sys
 from pathlib import Path
 
-from food11_client.client import (DEFAULT_MODEL, DEFAULT_URL, RETRY_AFTER_S, Food11Client, InvalidImageError,
-                                  OverloadedError, PipelineError, ServerUnavailableError)
+from food11_client.client import (
+    DEFAULT_MODEL,
+    DEFAULT_URL,
+    RETRY_AFTER_S,
+    Food11Client,
+    InvalidImageError,
+    OverloadedError,
+    PipelineError,
+    ServerUnavailableError,
+)
 
 EXIT_BAD_PHOTO, EXIT_SERVER_DOWN, EXIT_FAILED, EXIT_OVERLOADED = 1, 2, 3, 4
 
@@ -46,12 +54,18 @@ def main(argv=None) -> int:
             print(f"error: bad photo: {_name_the_photo(str(exc), args.photos)}", file=sys.stderr)
             return EXIT_BAD_PHOTO
         except OverloadedError as exc:
-            print(f"error: the server is over capacity and refused the photos at once (nothing was captioned); "
-                  f"retry in {RETRY_AFTER_S} s or more: {exc}", file=sys.stderr)
+            print(
+                f"error: the server is over capacity and refused the photos at once (nothing was captioned); "
+                f"retry in {RETRY_AFTER_S} s or more: {exc}",
+                file=sys.stderr,
+            )
             return EXIT_OVERLOADED
         except ServerUnavailableError as exc:
-            print(f"error: Triton is not serving {args.model} at {args.url} (is the server up? "
-                  f"`make serve` starts it): {exc}", file=sys.stderr)
+            print(
+                f"error: Triton is not serving {args.model} at {args.url} (is the server up? "
+                f"`make serve` starts it): {exc}",
+                file=sys.stderr,
+            )
             return EXIT_SERVER_DOWN
         except PipelineError as exc:
             print(f"error: the pipeline failed: {exc}", file=sys.stderr)

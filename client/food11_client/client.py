@@ -7,8 +7,9 @@ import functools
 import json
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -139,8 +140,9 @@ def _outputs(module) -> list:
 def _served_models(models_json: bytes) -> tuple[ServedModel, ...]:
     """Every row of every answer of one server carries the same string: parsed once."""
     known = {field.name for field in fields(ServedModel)}
-    return tuple(ServedModel(**{key: value for key, value in entry.items() if key in known})
-                 for entry in json.loads(models_json))
+    return tuple(
+        ServedModel(**{key: value for key, value in entry.items() if key in known}) for entry in json.loads(models_json)
+    )
 
 
 def _results(response) -> list[CaptionResult]:
@@ -160,8 +162,13 @@ class Food11Client:
     ``url`` is any gRPC target: ``host:port``, ``dns:///host:port``, ``ipv4:a:port,b:port``.
     A deadline (``timeout_s``) never cancels a call on a Triton that cannot survive it (cancellation.py)."""
 
-    def __init__(self, url: str = DEFAULT_URL, model: str = DEFAULT_MODEL, timeout_s: float | None = None,
-                 lb_policy: str = "round_robin"):
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        model: str = DEFAULT_MODEL,
+        timeout_s: float | None = None,
+        lb_policy: str = "round_robin",
+    ):
         self.model = model
         self.timeout_s = timeout_s
         self._client = grpcclient.InferenceServerClient(url, channel_args=channel_args(lb_policy))
@@ -216,7 +223,7 @@ class Food11Client:
             call.wait(max(0.0, give_up_at - time.monotonic()))
         self._client.close()
 
-    def __enter__(self) -> "Food11Client":
+    def __enter__(self) -> Food11Client:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -228,8 +235,13 @@ class AsyncFood11Client:
     (a deadline, a client that hung up) cancels its Triton call only where Triton survives that
     (cancellation.py); elsewhere the call runs to its end and its answer is dropped."""
 
-    def __init__(self, url: str = DEFAULT_URL, model: str = DEFAULT_MODEL, timeout_s: float | None = None,
-                 lb_policy: str = "round_robin"):
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        model: str = DEFAULT_MODEL,
+        timeout_s: float | None = None,
+        lb_policy: str = "round_robin",
+    ):
         self.model = model
         self.timeout_s = timeout_s
         self._client = grpcclient_aio.InferenceServerClient(url, channel_args=channel_args(lb_policy))
@@ -260,13 +272,15 @@ class AsyncFood11Client:
             return _results(await asyncio.wait_for(asyncio.shield(call), timeout_s))
         except asyncio.TimeoutError:
             assert timeout_s is not None  # only a deadline times out
-            raise DeadlineExceededError(gave_up(timeout_s, await self.server_version()),
-                                        "StatusCode.DEADLINE_EXCEEDED") from None
+            raise DeadlineExceededError(
+                gave_up(timeout_s, await self.server_version()), "StatusCode.DEADLINE_EXCEEDED"
+            ) from None
 
     async def _infer(self, images: Sequence[bytes], timeout_s: float | None):
         try:
-            return await self._client.infer(self.model, _inputs(grpcclient_aio, images),
-                                            outputs=_outputs(grpcclient_aio), client_timeout=timeout_s)
+            return await self._client.infer(
+                self.model, _inputs(grpcclient_aio, images), outputs=_outputs(grpcclient_aio), client_timeout=timeout_s
+            )
         except InferenceServerException as exc:
             raise _translate(exc) from exc
 
@@ -301,7 +315,7 @@ class AsyncFood11Client:
             await asyncio.wait(self._unanswered, timeout=DRAIN_ON_CLOSE_S)
         await self._client.close()
 
-    async def __aenter__(self) -> "AsyncFood11Client":
+    async def __aenter__(self) -> AsyncFood11Client:
         return self
 
     async def __aexit__(self, *exc_info) -> None:

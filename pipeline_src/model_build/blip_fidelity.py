@@ -9,8 +9,8 @@ the rest would have gone, as comparing final strings alone would.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import tokenizers
@@ -37,8 +37,11 @@ def check_pixels(count: int = 8) -> np.ndarray:
     """``count`` captioner inputs [count, 3, 384, 384] from the repository's photos, their mirror images and
     centre crops, through the pipeline's own preprocessing."""
     originals = [Image.open(path).convert("RGB") for path in sorted(CHECK_PHOTOS.glob("*.jpg"))]
-    images = [*originals, *(ImageOps.mirror(image) for image in originals),
-              *(ImageOps.crop(image, (image.width // 6, image.height // 6)) for image in originals)]
+    images = [
+        *originals,
+        *(ImageOps.mirror(image) for image in originals),
+        *(ImageOps.crop(image, (image.width // 6, image.height // 6)) for image in originals),
+    ]
     tensors = []
     for image in images[:count]:
         buffer = io.BytesIO()
@@ -68,25 +71,28 @@ def hf_reference(blip, prompt_ids: Sequence[Sequence[int]], pixels: np.ndarray, 
     tokens, logits = [], []
     for row, ids in enumerate(prompt_ids):
         new = course.new_tokens(pixels[row], ids)
-        embeds = course.model.vision_model(pixel_values=torch.from_numpy(pixels[row:row + 1]))[0]
-        scores = course.model.text_decoder(input_ids=torch.tensor([[*ids, *new]]), encoder_hidden_states=embeds,
-                                           is_decoder=True).logits[0]
+        embeds = course.model.vision_model(pixel_values=torch.from_numpy(pixels[row : row + 1]))[0]
+        scores = course.model.text_decoder(
+            input_ids=torch.tensor([[*ids, *new]]), encoder_hidden_states=embeds, is_decoder=True
+        ).logits[0]
         tokens.append(new)
-        logits.append(scores[len(ids) - 1:len(ids) - 1 + len(new)].numpy())
+        logits.append(scores[len(ids) - 1 : len(ids) - 1 + len(new)].numpy())
     return Reference([list(ids) for ids in prompt_ids], tokens, logits)
 
 
-def measure(reference: Reference, vision: OnnxModel, decoder: TextDecoder, pixels: np.ndarray,
-            max_new_tokens: int) -> dict:
+def measure(
+    reference: Reference, vision: OnnxModel, decoder: TextDecoder, pixels: np.ndarray, max_new_tokens: int
+) -> dict:
     """The graphs against the reference: greedy captions generated as one batch (so batching is part of
     what is checked), and teacher-forced top-1 agreement and relative logit error, row by row."""
     embeds = vision(pixels)
-    greedy = GreedyCaptioner(decoder, tokenizer=None, max_new_tokens=max_new_tokens).generate(embeds,
-                                                                                                reference.prompt_ids)
+    greedy = GreedyCaptioner(decoder, tokenizer=None, max_new_tokens=max_new_tokens).generate(
+        embeds, reference.prompt_ids
+    )
     agree = total = 0
     worst = 0.0
     for row, (ids, tokens, expected) in enumerate(zip(reference.prompt_ids, reference.tokens, reference.logits)):
-        logits, state = decoder.prefill(embeds[row:row + 1], [ids])
+        logits, state = decoder.prefill(embeds[row : row + 1], [ids])
         for position, token in enumerate(tokens):
             agree += int(logits[0].argmax() == expected[position].argmax())
             total += 1
@@ -102,8 +108,13 @@ def measure(reference: Reference, vision: OnnxModel, decoder: TextDecoder, pixel
     }
 
 
-def require_same_tokenizer(written: tokenizers.Tokenizer, snapshot_tokenizer, prompts: Sequence[str],
-                           generations: Sequence[Sequence[int]], what: str) -> None:
+def require_same_tokenizer(
+    written: tokenizers.Tokenizer,
+    snapshot_tokenizer,
+    prompts: Sequence[str],
+    generations: Sequence[Sequence[int]],
+    what: str,
+) -> None:
     """The tokenizer file the step reads encodes ``prompts`` and decodes ``generations`` as the snapshot's
     transformers tokenizer does, or the build stops with the first difference."""
     for prompt in prompts:
@@ -114,16 +125,21 @@ def require_same_tokenizer(written: tokenizers.Tokenizer, snapshot_tokenizer, pr
     their_texts = snapshot_tokenizer.batch_decode(generations, skip_special_tokens=True)
     for tokens, mine, expected in zip(generations, our_texts, their_texts):
         if mine != expected:
-            raise FidelityError(f"{what}: {TOKENIZER_FILE} decodes {list(tokens)} as {mine!r}, transformers as "
-                                f"{expected!r}")
+            raise FidelityError(
+                f"{what}: {TOKENIZER_FILE} decodes {list(tokens)} as {mine!r}, transformers as {expected!r}"
+            )
 
 
 def require_exact(figures: dict, what: str) -> None:
     """The fp32 graphs reproduce generate, or the build stops with the figures."""
-    if (figures["captions_identical"] != figures["captions"] or figures["teacher_forced_top1"] != 1.0
-            or figures["max_relative_logit_error"] > FP32_MAX_RELATIVE_ERROR):
+    if (
+        figures["captions_identical"] != figures["captions"]
+        or figures["teacher_forced_top1"] != 1.0
+        or figures["max_relative_logit_error"] > FP32_MAX_RELATIVE_ERROR
+    ):
         raise FidelityError(
             f"{what}: the fp32 ONNX graphs do not reproduce Hugging Face's fp32 generate: "
             f"{figures['captions_identical']} of {figures['captions']} captions identical, teacher-forced top-1 "
             f"agreement {figures['teacher_forced_top1']:.4f}, max relative logit error "
-            f"{figures['max_relative_logit_error']:.2e} (allowed {FP32_MAX_RELATIVE_ERROR:.0e})")
+            f"{figures['max_relative_logit_error']:.2e} (allowed {FP32_MAX_RELATIVE_ERROR:.0e})"
+        )

@@ -9,21 +9,27 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import tokenizers
 
-from pipeline_src.model_build import blip_onnx, blip_fidelity
+from pipeline_src.model_build import blip_fidelity, blip_onnx
 from pipeline_src.model_build.int8_weights import quantize_weights_int8
-from pipeline_src.steps.captioning import (CROSS_KV_FILE, DECODER_SHAPE_FILE, DECODER_STEP_FILE, TOKENIZER_FILE,
-                                           TextDecoder, blip_prompt_ids)
+from pipeline_src.steps.captioning import (
+    CROSS_KV_FILE,
+    DECODER_SHAPE_FILE,
+    DECODER_STEP_FILE,
+    TOKENIZER_FILE,
+    TextDecoder,
+    blip_prompt_ids,
+)
 from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.labels import FOOD11_CLASSES
-from pipeline_src.steps.settings import LabelAndCaptionSettings
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import FIDELITY_FILE, precision_file
+from pipeline_src.steps.settings import LabelAndCaptionSettings
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +42,7 @@ class GraphPaths:
     text_dir: Path  # captioner/1/text_decoder/
 
     @classmethod
-    def in_repository(cls, repository: Path) -> "GraphPaths":
+    def in_repository(cls, repository: Path) -> GraphPaths:
         return cls(repository / "vision_encoder" / "1" / "model.onnx", repository / "captioner" / "1" / "text_decoder")
 
     @property
@@ -50,8 +56,11 @@ class GraphPaths:
     def complete(self) -> bool:
         """Written last, the fidelity files mean a finished build; without the tokenizer file, one from before
         the graphs took their caches one tensor per layer."""
-        return ((self.vision.parent / FIDELITY_FILE).is_file() and (self.text_dir / FIDELITY_FILE).is_file()
-                and self.tokenizer.is_file())
+        return (
+            (self.vision.parent / FIDELITY_FILE).is_file()
+            and (self.text_dir / FIDELITY_FILE).is_file()
+            and self.tokenizer.is_file()
+        )
 
 
 def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
@@ -71,22 +80,32 @@ def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
 
     tokenizer = AutoTokenizer.from_pretrained(str(snapshot))
     pixels = blip_fidelity.check_pixels()
-    prompt_ids = [blip_prompt_ids(tokenizer(prompt).input_ids, shape.bos_token_id)
-                  for prompt in blip_fidelity.check_prompts(len(pixels))]
+    prompt_ids = [
+        blip_prompt_ids(tokenizer(prompt).input_ids, shape.bos_token_id)
+        for prompt in blip_fidelity.check_prompts(len(pixels))
+    ]
     reference = blip_fidelity.hf_reference(blip, prompt_ids, pixels, CHECK_MAX_NEW_TOKENS)
     del blip
 
     tokenizer.backend_tokenizer.save(str(paths.tokenizer))
     template = LabelAndCaptionSettings().prompt_template
     blip_fidelity.require_same_tokenizer(
-        tokenizers.Tokenizer.from_file(str(paths.tokenizer)), tokenizer,
+        tokenizers.Tokenizer.from_file(str(paths.tokenizer)),
+        tokenizer,
         [*blip_fidelity.CHECK_PROMPTS, *(build_prompt(template, label) for label in FOOD11_CLASSES)],
-        reference.tokens, f"captioner built from {snapshot}")
+        reference.tokens,
+        f"captioner built from {snapshot}",
+    )
     yield f"wrote {paths.tokenizer}: encodes every label's prompt and decodes the check captions as transformers"
 
     def figures(vision: str, text: str) -> dict:
-        return blip_fidelity.measure(reference, OnnxModel(precision_file(paths.vision, vision)),
-                                     TextDecoder(paths.text_dir, text), pixels, CHECK_MAX_NEW_TOKENS)
+        return blip_fidelity.measure(
+            reference,
+            OnnxModel(precision_file(paths.vision, vision)),
+            TextDecoder(paths.text_dir, text),
+            pixels,
+            CHECK_MAX_NEW_TOKENS,
+        )
 
     exact = figures("fp32", "fp32")
     blip_fidelity.require_exact(exact, f"captioner built from {snapshot}")
@@ -94,22 +113,27 @@ def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
     vision_int8, text_int8, both_int8 = figures("int8", "fp32"), figures("fp32", "int8"), figures("int8", "int8")
     _write_fidelity(paths.vision.parent, exact, vision_int8, "vision encoder int8, text decoder fp32", both_int8)
     _write_fidelity(paths.text_dir, exact, text_int8, "text decoder int8, vision encoder fp32", both_int8)
-    for what, measured in (("vision encoder int8", vision_int8), ("text decoder int8", text_int8),
-                           ("both int8", both_int8)):
+    for what, measured in (
+        ("vision encoder int8", vision_int8),
+        ("text decoder int8", text_int8),
+        ("both int8", both_int8),
+    ):
         yield f"{what}: {_describe(measured)}"
 
 
 def _describe(figures: dict) -> str:
-    return (f"{figures['captions_identical']}/{figures['captions']} captions identical, teacher-forced top-1 "
-            f"{figures['teacher_forced_top1']:.1%} of {figures['teacher_forced_tokens']} tokens, max relative logit "
-            f"error {figures['max_relative_logit_error']:.1e}")
+    return (
+        f"{figures['captions_identical']}/{figures['captions']} captions identical, teacher-forced top-1 "
+        f"{figures['teacher_forced_top1']:.1%} of {figures['teacher_forced_tokens']} tokens, max relative logit "
+        f"error {figures['max_relative_logit_error']:.1e}"
+    )
 
 
 def _write_fidelity(directory: Path, exact: dict, int8: dict, int8_means: str, both_int8: dict) -> None:
     document = {
         "reference": "Hugging Face BLIP fp32 generate (greedy), one photo at a time",
         "check_inputs": f"{exact['captions']} photos from tests/photos (originals, mirrored, cropped) with prompts "
-                        f"{list(blip_fidelity.CHECK_PROMPTS)}, {CHECK_MAX_NEW_TOKENS} new tokens",
+        f"{list(blip_fidelity.CHECK_PROMPTS)}, {CHECK_MAX_NEW_TOKENS} new tokens",
         "options": {"fp32": exact, "int8": {**int8, "means": int8_means}},
         "both_int8": both_int8,
     }

@@ -74,14 +74,21 @@ class DecoderShape:
     pad_token_id: int
 
     @classmethod
-    def of(cls, blip: BlipForConditionalGeneration) -> "DecoderShape":
+    def of(cls, blip: BlipForConditionalGeneration) -> DecoderShape:
         text, vision = text_config(blip), vision_config(blip)
         hidden_size, heads = _number(text, "hidden_size"), _number(text, "num_attention_heads")
-        return cls(layers=_number(text, "num_hidden_layers"), heads=heads, head_size=hidden_size // heads,
-                   image_tokens=(_number(vision, "image_size") // _number(vision, "patch_size")) ** 2 + 1,
-                   hidden_size=hidden_size, vision_hidden_size=_number(vision, "hidden_size"),
-                   vocab_size=_number(text, "vocab_size"), bos_token_id=_number(text, "bos_token_id"),
-                   sep_token_id=_number(text, "sep_token_id"), pad_token_id=_number(text, "pad_token_id"))
+        return cls(
+            layers=_number(text, "num_hidden_layers"),
+            heads=heads,
+            head_size=hidden_size // heads,
+            image_tokens=(_number(vision, "image_size") // _number(vision, "patch_size")) ** 2 + 1,
+            hidden_size=hidden_size,
+            vision_hidden_size=_number(vision, "hidden_size"),
+            vocab_size=_number(text, "vocab_size"),
+            bos_token_id=_number(text, "bos_token_id"),
+            sep_token_id=_number(text, "sep_token_id"),
+            pad_token_id=_number(text, "pad_token_id"),
+        )
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -120,8 +127,11 @@ class CrossKeysValues(nn.Module):
 
     def forward(self, image_embeds):
         """Layer by layer, its keys then its values (``cache_names`` order)."""
-        return tuple(_split_heads(projection(image_embeds), self.heads)
-                     for attention in self.attentions for projection in (attention.key, attention.value))
+        return tuple(
+            _split_heads(projection(image_embeds), self.heads)
+            for attention in self.attentions
+            for projection in (attention.key, attention.value)
+        )
 
 
 class DecoderStep(nn.Module):
@@ -136,7 +146,7 @@ class DecoderStep(nn.Module):
 
     def forward(self, input_ids, position_ids, attention_mask, *caches):
         """``caches``: the past keys and values, then the cross-attention's, each in ``cache_names`` order."""
-        past, cross = caches[:2 * len(self.layers)], caches[2 * len(self.layers):]
+        past, cross = caches[: 2 * len(self.layers)], caches[2 * len(self.layers) :]
         hidden = self.embeddings(input_ids=input_ids, position_ids=position_ids)
         mask = self._causal_padding_mask(attention_mask, input_ids.shape[1])
         present = []
@@ -148,8 +158,13 @@ class DecoderStep(nn.Module):
             context = _attend(_split_heads(own.query(hidden), self.heads), keys, values, mask, self.head_size)
             attended = layer.attention.output(context, hidden)
             crossing = layer.crossattention
-            context = _attend(_split_heads(crossing.self.query(attended), self.heads), cross[2 * index],
-                              cross[2 * index + 1], None, self.head_size)  # every image token is attended
+            context = _attend(
+                _split_heads(crossing.self.query(attended), self.heads),
+                cross[2 * index],
+                cross[2 * index + 1],
+                None,
+                self.head_size,
+            )  # every image token is attended
             attended = crossing.output(context, attended)
             hidden = layer.output(layer.intermediate(attended), attended)
         # [b, 1, H] rather than [b, H]: exported as MatMul (not Gemm), which the int8 build quantises too.
@@ -163,7 +178,9 @@ class DecoderStep(nn.Module):
         total = attention_mask.shape[1]
         key_positions = torch.arange(total, device=attention_mask.device)
         query_positions = torch.arange(total - new_tokens, total, device=attention_mask.device)
-        visible = (key_positions[None, :] <= query_positions[:, None])[None, None] & attention_mask[:, None, None, :].bool()
+        visible = (key_positions[None, :] <= query_positions[:, None])[None, None] & attention_mask[
+            :, None, None, :
+        ].bool()
         return torch.where(visible, 0.0, torch.finfo(torch.float32).min)
 
 
@@ -185,14 +202,26 @@ BATCH, PAST, NEW = 2, 3, 2
 
 
 def export_vision_encoder(module: nn.Module, path: Path, device: str = "cpu") -> None:
-    _export(module, (torch.zeros(BATCH, 3, 384, 384, device=device),), path, [VISION_INPUT], [VISION_OUTPUT],
-            {VISION_INPUT: {0: "batch"}, VISION_OUTPUT: {0: "batch"}})
+    _export(
+        module,
+        (torch.zeros(BATCH, 3, 384, 384, device=device),),
+        path,
+        [VISION_INPUT],
+        [VISION_OUTPUT],
+        {VISION_INPUT: {0: "batch"}, VISION_OUTPUT: {0: "batch"}},
+    )
 
 
 def export_cross_kv(module: nn.Module, shape: DecoderShape, path: Path, device: str = "cpu") -> None:
     outputs = cache_names("cross", shape.layers)
-    _export(module, (torch.zeros(BATCH, shape.image_tokens, shape.vision_hidden_size, device=device),), path,
-            [VISION_OUTPUT], outputs, {VISION_OUTPUT: {0: "batch"}, **{name: {0: "batch"} for name in outputs}})
+    _export(
+        module,
+        (torch.zeros(BATCH, shape.image_tokens, shape.vision_hidden_size, device=device),),
+        path,
+        [VISION_OUTPUT],
+        outputs,
+        {VISION_OUTPUT: {0: "batch"}, **{name: {0: "batch"} for name in outputs}},
+    )
 
 
 def export_decoder_step(module: nn.Module, shape: DecoderShape, path: Path, device: str = "cpu") -> None:
@@ -201,16 +230,34 @@ def export_decoder_step(module: nn.Module, shape: DecoderShape, path: Path, devi
     positions = torch.arange(PAST, PAST + NEW, device=device).repeat(BATCH, 1)
     mask = torch.ones(BATCH, PAST + NEW, dtype=torch.long, device=device)
     past_sample = [torch.zeros(BATCH, shape.heads, PAST, shape.head_size, device=device) for _ in past]
-    cross_sample = [torch.zeros(BATCH, shape.heads, shape.image_tokens, shape.head_size, device=device)
-                    for _ in cross]
-    axes = {"input_ids": {0: "batch", 1: "new"}, "position_ids": {0: "batch", 1: "new"},
-            "attention_mask": {0: "batch", 1: "total"}, "logits": {0: "batch"},
-            **{name: {0: "batch", 2: "past"} for name in past}, **{name: {0: "batch"} for name in cross},
-            **{name: {0: "batch", 2: "total"} for name in present}}
-    _export(module, (ids, positions, mask, *past_sample, *cross_sample), path, [*TOKEN_INPUTS, *past, *cross],
-            ["logits", *present], axes)
+    cross_sample = [torch.zeros(BATCH, shape.heads, shape.image_tokens, shape.head_size, device=device) for _ in cross]
+    axes = {
+        "input_ids": {0: "batch", 1: "new"},
+        "position_ids": {0: "batch", 1: "new"},
+        "attention_mask": {0: "batch", 1: "total"},
+        "logits": {0: "batch"},
+        **{name: {0: "batch", 2: "past"} for name in past},
+        **{name: {0: "batch"} for name in cross},
+        **{name: {0: "batch", 2: "total"} for name in present},
+    }
+    _export(
+        module,
+        (ids, positions, mask, *past_sample, *cross_sample),
+        path,
+        [*TOKEN_INPUTS, *past, *cross],
+        ["logits", *present],
+        axes,
+    )
 
 
 def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict) -> None:
-    torch.onnx.export(module, args, str(path), input_names=inputs, output_names=outputs, dynamic_axes=axes,
-                      opset_version=OPSET, dynamo=False)
+    torch.onnx.export(
+        module,
+        args,
+        str(path),
+        input_names=inputs,
+        output_names=outputs,
+        dynamic_axes=axes,
+        opset_version=OPSET,
+        dynamo=False,
+    )

@@ -13,8 +13,7 @@ import logging
 from pathlib import Path
 
 import torch
-from transformers import (BertTokenizer, BlipConfig, BlipForConditionalGeneration, BlipImageProcessor,
-                          BlipProcessor)
+from transformers import BertTokenizer, BlipConfig, BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
 
 from pipeline_src.steps.captioning import STANDIN_MARKER
 
@@ -51,14 +50,25 @@ def standin_processor() -> BlipProcessor:
 
 def standin_config(size: str, vocab_size: int, bos_token_id: int) -> BlipConfig:
     dims = STANDIN_SIZES[size]
-    common = dict(hidden_size=dims["hidden"], num_hidden_layers=dims["layers"],
-                  num_attention_heads=dims["heads"], intermediate_size=dims["intermediate"])
+    common = dict(
+        hidden_size=dims["hidden"],
+        num_hidden_layers=dims["layers"],
+        num_attention_heads=dims["heads"],
+        intermediate_size=dims["intermediate"],
+    )
     return BlipConfig(
         # BlipVisionConfig initialises at 1e-10 by default: image embeddings would barely depend on the
         # image, so every photo would get the same caption. 0.02, as the text side.
         vision_config=dict(image_size=384, patch_size=16, initializer_range=STANDIN_INIT_STD, **common),
-        text_config=dict(vocab_size=vocab_size, encoder_hidden_size=dims["hidden"], bos_token_id=bos_token_id,
-                         pad_token_id=0, sep_token_id=102, max_position_embeddings=512, **common),
+        text_config=dict(
+            vocab_size=vocab_size,
+            encoder_hidden_size=dims["hidden"],
+            bos_token_id=bos_token_id,
+            pad_token_id=0,
+            sep_token_id=102,
+            max_position_embeddings=512,
+            **common,
+        ),
         projection_dim=dims["hidden"],
     )
 
@@ -78,12 +88,19 @@ def save_standin(target: Path, size: str, seed: int = 0) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target)
     processor.save_pretrained(target)
-    (target / STANDIN_MARKER).write_text(json.dumps({
-        "stand_in": True,
-        "size": size,
-        "seed": seed,
-        "warning": "random weights: captions are meaningless. Build with --blip <hub id or snapshot> for real ones.",
-    }, indent=2) + "\n")
+    (target / STANDIN_MARKER).write_text(
+        json.dumps(
+            {
+                "stand_in": True,
+                "size": size,
+                "seed": seed,
+                "warning": "random weights: captions are meaningless. Build with --blip <hub id or snapshot> "
+                "for real ones.",
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     log.warning("BLIP STAND-IN (%s, random weights) written to %s: its captions are MEANINGLESS", size, target)
     return target
 

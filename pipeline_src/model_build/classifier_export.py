@@ -9,9 +9,9 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
+from pipeline_src.model_build.imagenet_food11 import ImageNetToFood11
 from pipeline_src.steps.imaging import IMAGENET_MEAN, IMAGENET_STD
 from pipeline_src.steps.labels import FOOD11_CLASSES
-from pipeline_src.model_build.imagenet_food11 import ImageNetToFood11
 
 INPUT_NAME, OUTPUT_NAME = "input", "output"  # the course's export names
 

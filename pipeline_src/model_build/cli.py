@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.provenance.manifest import MANIFEST_FILE
@@ -16,21 +16,37 @@ log = logging.getLogger("build_models")
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository",
-                        help="the model repository to fill (default: %(default)s)")
-    parser.add_argument("--classifier-checkpoint", type=Path,
-                        help="the course's MobileNetV2 Food-11 checkpoint (a state dict). Default: the offline "
-                             "ImageNet EfficientNet-Lite0 with a Food-11 head (docs/models.md)")
-    parser.add_argument("--trust-pickled-checkpoint", action="store_true",
-                        help="accept a whole pickled model as checkpoint. Loading it RUNS CODE from the file: "
-                             "only for files you trust")
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=PROJECT_ROOT / "model_repository",
+        help="the model repository to fill (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--classifier-checkpoint",
+        type=Path,
+        help="the course's MobileNetV2 Food-11 checkpoint (a state dict). Default: the offline "
+        "ImageNet EfficientNet-Lite0 with a Food-11 head (docs/models.md)",
+    )
+    parser.add_argument(
+        "--trust-pickled-checkpoint",
+        action="store_true",
+        help="accept a whole pickled model as checkpoint. Loading it RUNS CODE from the file: only for files you trust",
+    )
     blip = parser.add_mutually_exclusive_group()
-    blip.add_argument("--blip", metavar="HUB_ID_OR_DIR",
-                      help="a real BLIP captioning model: Hugging Face id (e.g. "
-                           "Salesforce/blip-image-captioning-base) or a local snapshot directory")
-    blip.add_argument("--blip-standin", choices=("base", "tiny"), default="base",
-                      help="without --blip: a random-weights stand-in (MEANINGLESS captions) of this size; "
-                           "base has blip-image-captioning-base's architecture and cost (default: %(default)s)")
+    blip.add_argument(
+        "--blip",
+        metavar="HUB_ID_OR_DIR",
+        help="a real BLIP captioning model: Hugging Face id (e.g. "
+        "Salesforce/blip-image-captioning-base) or a local snapshot directory",
+    )
+    blip.add_argument(
+        "--blip-standin",
+        choices=("base", "tiny"),
+        default="base",
+        help="without --blip: a random-weights stand-in (MEANINGLESS captions) of this size; "
+        "base has blip-image-captioning-base's architecture and cost (default: %(default)s)",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild files that already exist")
     return parser.parse_args(argv)
 
@@ -51,7 +67,8 @@ def build_classifier(args: argparse.Namespace) -> None:
         model = classifier_export.imagenet_lite0_food11()
     difference = classifier_export.export_onnx(model, target)
     manifest = manifests.write_classifier_manifest(
-        target.parent, manifests.classifier_origin(args.classifier_checkpoint), difference)
+        target.parent, manifests.classifier_origin(args.classifier_checkpoint), difference
+    )
     print(f"classifier: wrote {target} ({manifest.kind}); max abs difference ONNX Runtime vs PyTorch: {difference:.3g}")
 
 
@@ -63,19 +80,25 @@ def build_captioner(args: argparse.Namespace) -> None:
     copied_from = None  # what --blip named, when this run copied the snapshot from it
     if (target / "config.json").exists() and not args.force:
         kind = standin_info(target)
-        log.info("captioner: %s exists (%s; --force rebuilds it)", target,
-                 f"stand-in {kind['size']}" if kind else "real weights")
+        log.info(
+            "captioner: %s exists (%s; --force rebuilds it)",
+            target,
+            f"stand-in {kind['size']}" if kind else "real weights",
+        )
     elif args.blip:
         copied_from = args.blip
         blip_snapshot.save_real(args.blip, target)
         print(f"captioner: wrote {target} from {args.blip}")
     else:
         blip_snapshot.save_standin(target, args.blip_standin)
-        print(f"captioner: wrote a {args.blip_standin} BLIP STAND-IN with RANDOM WEIGHTS to {target}: "
-              "its captions are MEANINGLESS (use --blip for a real model)")
+        print(
+            f"captioner: wrote a {args.blip_standin} BLIP STAND-IN with RANDOM WEIGHTS to {target}: "
+            "its captions are MEANINGLESS (use --blip for a real model)"
+        )
     build_captioner_graphs(args.repository, target, force=args.force)
-    for manifest in manifests.write_captioner_manifests(args.repository, target,
-                                                        manifests.blip_origin(target, copied_from)):
+    for manifest in manifests.write_captioner_manifests(
+        args.repository, target, manifests.blip_origin(target, copied_from)
+    ):
         print(f"{manifest.model}: manifest {manifest.kind}, sha256 {manifest.sha256[:16]}")
 
 
@@ -106,9 +129,11 @@ def build_repository_copy(destination: Path, blip_standin: str = "tiny", models:
     """A copy of this project's model_repository/ (configs, model.py files) at ``destination`` with its
     model files built: the offline-default classifier and a BLIP stand-in, or what ``models`` (build
     options such as ``--blip DIR``, ``--classifier-checkpoint FILE``) names. For tests and benchmarks."""
-    shutil.copytree(PROJECT_ROOT / "model_repository", destination,
-                    ignore=shutil.ignore_patterns("*.onnx", "blip", "text_decoder", "fidelity.json", MANIFEST_FILE,
-                                                  "__pycache__"))
+    shutil.copytree(
+        PROJECT_ROOT / "model_repository",
+        destination,
+        ignore=shutil.ignore_patterns("*.onnx", "blip", "text_decoder", "fidelity.json", MANIFEST_FILE, "__pycache__"),
+    )
     build(parse_args(["--repository", str(destination), *(models or ["--blip-standin", blip_standin])]))
     return destination
 

@@ -3,8 +3,8 @@ Hugging Face BLIP in PyTorch fp32, greedy ``generate``, one photo at a time."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -22,9 +22,12 @@ class HuggingFaceCaptioner:
         self.shape = DecoderShape.of(model)
 
     @classmethod
-    def load(cls, snapshot_dir: str | Path, max_new_tokens: int = 20) -> "HuggingFaceCaptioner":
-        return cls(BlipForConditionalGeneration.from_pretrained(str(snapshot_dir)),
-                   AutoTokenizer.from_pretrained(str(snapshot_dir)), max_new_tokens)
+    def load(cls, snapshot_dir: str | Path, max_new_tokens: int = 20) -> HuggingFaceCaptioner:
+        return cls(
+            BlipForConditionalGeneration.from_pretrained(str(snapshot_dir)),
+            AutoTokenizer.from_pretrained(str(snapshot_dir)),
+            max_new_tokens,
+        )
 
     @torch.inference_mode()
     def new_tokens(self, pixel_values: np.ndarray, prompt_ids: Sequence[int]) -> list[int]:
@@ -32,9 +35,14 @@ class HuggingFaceCaptioner:
         as the captioner feeds them ([DEC] first, no [SEP])."""
         # generate() takes the tokenizer's layout, [CLS] ... [SEP]: it puts [DEC] first and drops [SEP] itself.
         given = torch.tensor([[*prompt_ids, self.shape.sep_token_id]])
-        output = self.model.generate(pixel_values=torch.from_numpy(np.ascontiguousarray(pixel_values[None])),
-                                     input_ids=given, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1)
-        return output[0, len(prompt_ids):].tolist()
+        output = self.model.generate(
+            pixel_values=torch.from_numpy(np.ascontiguousarray(pixel_values[None])),
+            input_ids=given,
+            max_new_tokens=self.max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+        )
+        return output[0, len(prompt_ids) :].tolist()
 
     def caption(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
         """Captions for ``pixel_values [n, 3, 384, 384]``, one ``generate`` per photo."""

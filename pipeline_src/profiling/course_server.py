@@ -1,6 +1,6 @@
 """Baseline (a), the course's way before this product: one FastAPI process that preprocesses,
-classifies and captions in-process, one request at a time, with Hugging Face BLIP fp32 `generate`. Same model files and step code as
-the pipeline, so the comparison measures the serving, not the models.
+classifies and captions in-process, one request at a time, with Hugging Face BLIP fp32 `generate`. Same
+model files and step code as the pipeline, so the comparison measures the serving, not the models.
 
 ``python -m pipeline_src.profiling.course_server --repository model_repository --port 8090``
 """

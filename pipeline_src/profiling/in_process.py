@@ -5,21 +5,30 @@ against, and the building block of the course-style baseline. Same model files, 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import numpy as np
+
 from pipeline_src.repository.loading import parse_config
 from pipeline_src.steps.captioning import GreedyCaptioner
 from pipeline_src.steps.classification import caption_plan, predict
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import PrecisionChoice
-from pipeline_src.steps.settings import (CaptionerSettings, ClassifierSettings, LabelAndCaptionSettings,
-                                         PreprocessSettings, StepSettings, VisionEncoderSettings,
-                                         SettingsError, declared_settings_class)
+from pipeline_src.steps.settings import (
+    CaptionerSettings,
+    ClassifierSettings,
+    LabelAndCaptionSettings,
+    PreprocessSettings,
+    SettingsError,
+    StepSettings,
+    VisionEncoderSettings,
+    declared_settings_class,
+)
 
 Settings = TypeVar("Settings", bound=StepSettings)
 
@@ -51,7 +60,9 @@ class OnnxBlip:
     def __init__(self, repository: Path, vision_settings, captioner_settings):
         self.vision = OnnxModel.from_settings(vision_settings, repository / "vision_encoder" / "1")
         self.captioner = GreedyCaptioner.from_settings(captioner_settings, repository / "captioner" / "1")
-        self.precision = f"vision encoder {_precision(self.vision.choice)}, text decoder {_precision(self.captioner.choice)}"
+        self.precision = (
+            f"vision encoder {_precision(self.vision.choice)}, text decoder {_precision(self.captioner.choice)}"
+        )
 
     def caption(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
         return self.captioner.caption(self.vision(pixel_values), prompts)
@@ -69,8 +80,11 @@ class InProcessPipeline:
         self.labelling = step_settings(repository, "label_and_caption", LabelAndCaptionSettings)
         # The knobs the vision encoder shares with the captioner apply to both.
         self.vision_settings = step_settings(repository, "vision_encoder", VisionEncoderSettings).replace(
-            **{key: value for key, value in captioner_overrides.items() if key in ("cpu_precision", "intra_op_threads")})
-        self.captioner_settings = step_settings(repository, "captioner", CaptionerSettings).replace(**captioner_overrides)
+            **{key: value for key, value in captioner_overrides.items() if key in ("cpu_precision", "intra_op_threads")}
+        )
+        self.captioner_settings = step_settings(repository, "captioner", CaptionerSettings).replace(
+            **captioner_overrides
+        )
         self.classifier = OnnxModel.from_settings(classifier, repository / "classifier" / "1")
 
     @cached_property
@@ -89,8 +103,9 @@ class InProcessPipeline:
 
     def prompts(self, logits: np.ndarray) -> tuple[list, list[str]]:
         predictions = [predict(row) for row in logits]
-        plans = [caption_plan(p, self.labelling.prompt_template, self.labelling.confidence_threshold)
-                 for p in predictions]
+        plans = [
+            caption_plan(p, self.labelling.prompt_template, self.labelling.confidence_threshold) for p in predictions
+        ]
         return predictions, [prompt for prompt, _ in plans]
 
     def __call__(self, photos: Sequence[bytes]) -> list[Answer]:

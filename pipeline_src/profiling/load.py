@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 
@@ -13,8 +13,9 @@ from pipeline_src.profiling.percentiles import percentiles_ms
 Call = Callable[[bytes], Awaitable[dict | None]]
 
 
-async def run_load(call: Call, photos: Sequence[bytes], concurrency: int, total: int,
-                   until: float | None = None) -> tuple[list[float], list[dict], float]:
+async def run_load(
+    call: Call, photos: Sequence[bytes], concurrency: int, total: int, until: float | None = None
+) -> tuple[list[float], list[dict], float]:
     """``total`` calls by ``concurrency`` workers, each taking the next photo in turn (stopping early once
     ``time.monotonic()`` passes ``until``): per-call latencies (s), per-call Server-Timing durations (ms,
     when ``call`` returns them), and the wall time (s)."""
@@ -40,5 +41,4 @@ async def run_load(call: Call, photos: Sequence[bytes], concurrency: int, total:
 def latency_summary(latencies: Sequence[float], wall_s: float) -> dict[str, float]:
     """Requests, throughput and p50/p95/p99 latency (ms) of one load run."""
     ms = np.asarray(latencies) * 1000
-    return {"requests": len(latencies), "throughput": len(latencies) / wall_s,
-            **percentiles_ms(ms)}
+    return {"requests": len(latencies), "throughput": len(latencies) / wall_s, **percentiles_ms(ms)}

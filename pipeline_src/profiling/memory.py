@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import psutil
 
@@ -30,9 +30,11 @@ def server_memory_mib(*pids: int) -> dict[str, float]:
     ``rss`` counts shared pages once per process; ``pss`` shares them out (the shared-memory
     regions through which tensors pass between server and stubs are counted once)."""
     measured = [memory for pid in pids for memory in map(_memory, server_processes(pid)) if memory is not None]
-    return {"rss_mib": sum(memory.rss for memory in measured) / 2**20,
-            "pss_mib": sum(getattr(memory, "pss", memory.rss) for memory in measured) / 2**20,
-            "processes": len(measured)}
+    return {
+        "rss_mib": sum(memory.rss for memory in measured) / 2**20,
+        "pss_mib": sum(getattr(memory, "pss", memory.rss) for memory in measured) / 2**20,
+        "processes": len(measured),
+    }
 
 
 def memory_by_model_mib(pid: int) -> dict[str, dict[str, float]]:
@@ -48,8 +50,13 @@ def memory_by_model_mib(pid: int) -> dict[str, dict[str, float]]:
         if memory is None:  # gone, or not ours to read
             continue
         model_file = next((Path(part) for part in command if part.endswith("model.py")), None)
-        name = ("tritonserver" if process.pid == pid else
-                model_file.parent.parent.name if model_file else " ".join(command[:2]))
+        name = (
+            "tritonserver"
+            if process.pid == pid
+            else model_file.parent.parent.name
+            if model_file
+            else " ".join(command[:2])
+        )
         group = groups.setdefault(name, {"pss_mib": 0.0, "processes": 0})
         group["pss_mib"] += getattr(memory, "pss", memory.rss) / 2**20
         group["processes"] += 1
@@ -87,7 +94,7 @@ class MemorySampler:
         while not self._stop.wait(self.every_s):
             self.sample()
 
-    def __enter__(self) -> "MemorySampler":
+    def __enter__(self) -> MemorySampler:
         self._started = time.monotonic()
         self.sample()  # the baseline: enter after the warm-up
         self._thread.start()
@@ -107,5 +114,10 @@ class MemorySampler:
         """The total PSS first, at its peak and last, and its growth over the first."""
         first, last = self.samples[0]["pss_mib"], self.samples[-1]["pss_mib"]
         peak = max(sample["pss_mib"] for sample in self.samples)
-        return {"pss_first_mib": first, "pss_peak_mib": peak, "pss_last_mib": last,
-                "growth_last_over_first": last / first - 1, "growth_peak_over_first": peak / first - 1}
+        return {
+            "pss_first_mib": first,
+            "pss_peak_mib": peak,
+            "pss_last_mib": last,
+            "growth_last_over_first": last / first - 1,
+            "growth_peak_over_first": peak / first - 1,
+        }

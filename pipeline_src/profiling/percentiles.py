@@ -4,11 +4,11 @@ is the mean of the middle two, as ``statistics.median``'s)."""
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import numpy as np
 
-Values = Union[Sequence[float], np.ndarray]
+Values = Sequence[float] | np.ndarray
 
 LATENCY_PERCENTILES = (50, 95, 99)
 
@@ -18,7 +18,6 @@ def percentile(values: Values, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
-def percentiles_ms(values_ms: Values, qs: Sequence[float] = LATENCY_PERCENTILES,
-                   prefix: str = "") -> dict[str, float]:
+def percentiles_ms(values_ms: Values, qs: Sequence[float] = LATENCY_PERCENTILES, prefix: str = "") -> dict[str, float]:
     """``{prefix}p50_ms`` and the like, of measurements in milliseconds."""
     return {f"{prefix}p{q:g}_ms": percentile(values_ms, q) for q in qs}

@@ -17,9 +17,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 VENV_BIN = Path(sys.executable).parent
 LOCAL_LIBB64 = VENV_BIN.parent / "opt" / "libb64"  # where a non-root install unpacks the Debian package
@@ -40,8 +40,9 @@ def binary() -> Path:
 def _cudart_dir() -> Path:
     spec = importlib.util.find_spec("nvidia.cuda_runtime")
     if spec is None or not spec.submodule_search_locations:
-        raise PerfAnalyzerMissing("libcudart.so.12 is missing: pip install nvidia-cuda-runtime-cu12==12.9.79 "
-                                  "(or make perf-analyzer)")
+        raise PerfAnalyzerMissing(
+            "libcudart.so.12 is missing: pip install nvidia-cuda-runtime-cu12==12.9.79 (or make perf-analyzer)"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "lib"
 
 
@@ -53,8 +54,7 @@ def library_path() -> str:
     """LD_LIBRARY_PATH for perf_analyzer: cudart from the virtualenv, libb64 from the system or the venv."""
     dirs = [_cudart_dir(), *_local_libb64_dirs()]
     if not _local_libb64_dirs() and not ctypes.util.find_library("b64"):
-        raise PerfAnalyzerMissing(f"libb64.so.0d is missing: apt-get install {LIBB64_PACKAGE} "
-                                  "(or make perf-analyzer)")
+        raise PerfAnalyzerMissing(f"libb64.so.0d is missing: apt-get install {LIBB64_PACKAGE} (or make perf-analyzer)")
     return os.pathsep.join(filter(None, [*map(str, dirs), os.environ.get("LD_LIBRARY_PATH")]))
 
 
@@ -74,8 +74,11 @@ def install_libb64() -> None:
         raise PerfAnalyzerMissing(f"no apt-get here: install {LIBB64_PACKAGE} (libb64.so.0d) by hand")
     if os.geteuid() == 0:
         subprocess.run(["apt-get", "update", "-qq"], check=True)
-        subprocess.run(["apt-get", "install", "-y", "-qq", LIBB64_PACKAGE], check=True,
-                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", LIBB64_PACKAGE],
+            check=True,
+            env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
+        )
         return
     with tempfile.TemporaryDirectory() as scratch:
         subprocess.run(["apt-get", "download", LIBB64_PACKAGE], cwd=scratch, check=True)
@@ -83,10 +86,10 @@ def install_libb64() -> None:
         subprocess.run(["dpkg-deb", "-x", str(package), str(LOCAL_LIBB64)], check=True)
 
 
-
 @dataclass(frozen=True)
 class Measurement:
     """One perf_analyzer run at one concurrency: its CSV row, latencies in milliseconds."""
+
     model: str
     concurrency: int
     throughput: float  # inferences per second
@@ -96,12 +99,18 @@ class Measurement:
     mean_ms: float
 
     @classmethod
-    def from_csv(cls, model: str, path: Path) -> "Measurement":
+    def from_csv(cls, model: str, path: Path) -> Measurement:
         with open(path, newline="") as handle:
             row = next(csv.DictReader(handle))
-        ms = {key: float(row[column]) / 1000.0 for key, column in
-              (("p50_ms", "p50 latency"), ("p95_ms", "p95 latency"), ("p99_ms", "p99 latency"),
-               ("mean_ms", "Avg latency"))}
+        ms = {
+            key: float(row[column]) / 1000.0
+            for key, column in (
+                ("p50_ms", "p50 latency"),
+                ("p95_ms", "p95 latency"),
+                ("p99_ms", "p99 latency"),
+                ("mean_ms", "Avg latency"),
+            )
+        }
         return cls(model, int(row["Concurrency"]), float(row["Inferences/Second"]), **ms)
 
 
@@ -109,29 +118,64 @@ class PerfAnalyzerFailed(RuntimeError):
     """perf_analyzer exited non-zero; the message carries the end of its output."""
 
 
-def measure(model: str, grpc_url: str, input_data: Path, concurrency: int, csv_path: Path,
-            requests_per_window: int = 16, stability_percentage: int = 10, max_trials: int = 10,
-            bls_composing: Sequence[str] = ()) -> Measurement:
+def measure(
+    model: str,
+    grpc_url: str,
+    input_data: Path,
+    concurrency: int,
+    csv_path: Path,
+    requests_per_window: int = 16,
+    stability_percentage: int = 10,
+    max_trials: int = 10,
+    bls_composing: Sequence[str] = (),
+) -> Measurement:
     """perf_analyzer at one concurrency over gRPC, in count windows: a slow model (seconds per
     request) finishes too few requests in a time window for its measurements to stabilise.
     ``bls_composing``: models a BLS step of ``model`` calls, reported with the ensemble's composing models."""
-    args = ["-m", model, "-u", grpc_url, "-i", "grpc", "--input-data", str(input_data),
-            "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "count_windows",
-            "--measurement-request-count", str(requests_per_window), "--stability-percentage",
-            str(stability_percentage), "--max-trials", str(max_trials), "-f", str(csv_path), "--verbose-csv"]
+    args = [
+        "-m",
+        model,
+        "-u",
+        grpc_url,
+        "-i",
+        "grpc",
+        "--input-data",
+        str(input_data),
+        "--concurrency-range",
+        f"{concurrency}:{concurrency}",
+        "--measurement-mode",
+        "count_windows",
+        "--measurement-request-count",
+        str(requests_per_window),
+        "--stability-percentage",
+        str(stability_percentage),
+        "--max-trials",
+        str(max_trials),
+        "-f",
+        str(csv_path),
+        "--verbose-csv",
+    ]
     if bls_composing:
         args.append(f"--bls-composing-models={','.join(bls_composing)}")
     csv_path.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
     done = subprocess.run(command(*args), env=environment(), capture_output=True, text=True)
     if done.returncode != 0 or not csv_path.exists():
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise PerfAnalyzerFailed(f"perf_analyzer on {model} at concurrency {concurrency} exited "
-                                 f"{done.returncode}:\n{tail}")
+        raise PerfAnalyzerFailed(
+            f"perf_analyzer on {model} at concurrency {concurrency} exited {done.returncode}:\n{tail}"
+        )
     return Measurement.from_csv(model, csv_path)
 
 
-def measure_stably(model: str, grpc_url: str, input_data: Path, concurrency: int, csv_path: Path,
-                   window: int, bls_composing: Sequence[str] = ()) -> tuple[Measurement, int]:
+def measure_stably(
+    model: str,
+    grpc_url: str,
+    input_data: Path,
+    concurrency: int,
+    csv_path: Path,
+    window: int,
+    bls_composing: Sequence[str] = (),
+) -> tuple[Measurement, int]:
     """perf_analyzer's default stability (three windows within 10 %), loosened once if a slow, batching
     model does not settle; the bound that held is reported with the figures."""
     try:

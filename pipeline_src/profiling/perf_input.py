@@ -15,10 +15,11 @@ import argparse
 import base64
 import json
 import struct
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
+
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling.in_process import InProcessPipeline
 from pipeline_src.repository.loading import parse_config
@@ -46,8 +47,9 @@ def pipeline_tensors(repository: Path, photos: Sequence[bytes]) -> dict[str, lis
         "IMAGE": [{"content": bytes_element(photo), "shape": [1]} for photo in photos],
         "input": [{"content": fp32_tensor(pixels), "shape": list(pixels.shape)} for pixels in classifier_pixels],
         "LOGITS": [{"content": fp32_tensor(row), "shape": list(row.shape)} for row in logits],
-        "PROBABILITIES": [{"content": fp32_tensor(p.probabilities), "shape": [len(p.probabilities)]}
-                          for p in predictions],
+        "PROBABILITIES": [
+            {"content": fp32_tensor(p.probabilities), "shape": [len(p.probabilities)]} for p in predictions
+        ],
         "pixel_values": [{"content": fp32_tensor(pixels), "shape": list(pixels.shape)} for pixels in captioner_pixels],
         "IMAGE_EMBEDS": [{"content": fp32_tensor(embeds), "shape": list(embeds.shape)} for embeds in image_embeds],
         "PROMPT": [{"content": bytes_element(prompt.encode("utf-8")), "shape": [1]} for prompt in prompts],
@@ -88,10 +90,19 @@ def read_photos(folder: Path) -> list[bytes]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("photos", type=Path, nargs="?", default=PROJECT_ROOT / "tests" / "photos",
-                        help="a folder of photos (default: %(default)s)")
-    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository",
-                        help="a built model repository: its configs and classifier (default: %(default)s)")
+    parser.add_argument(
+        "photos",
+        type=Path,
+        nargs="?",
+        default=PROJECT_ROOT / "tests" / "photos",
+        help="a folder of photos (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=PROJECT_ROOT / "model_repository",
+        help="a built model repository: its configs and classifier (default: %(default)s)",
+    )
     parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT, help="default: %(default)s")
     args = parser.parse_args(argv)
     written = write_input_data(args.repository, read_photos(args.photos), args.output_dir)

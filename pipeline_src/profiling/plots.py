@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-STEP_COLOURS = {"preprocess": "tab:blue", "classifier": "tab:orange", "label_and_caption": "tab:green",
-                "captioner": "tab:red"}
+STEP_COLOURS = {
+    "preprocess": "tab:blue",
+    "classifier": "tab:orange",
+    "label_and_caption": "tab:green",
+    "captioner": "tab:red",
+}
 
 
 def throughput_plot(path: Path, rows: Sequence[dict], subtitle: str) -> None:
@@ -55,8 +59,15 @@ def step_split_plot(path: Path, splits: Sequence[dict], subtitle: str) -> None:
     for step, colour in STEP_COLOURS.items():
         for phase, hatch in (("queue_ms", "//"), ("compute_ms", None)):
             heights = [split["steps"].get(step, {}).get(phase, 0.0) / 1000 for split in splits]
-            axes.bar(labels, heights, bottom=bottoms, color=colour, hatch=hatch, edgecolor="white",
-                     label=f"{step} {'queue' if hatch else 'compute'}")
+            axes.bar(
+                labels,
+                heights,
+                bottom=bottoms,
+                color=colour,
+                hatch=hatch,
+                edgecolor="white",
+                label=f"{step} {'queue' if hatch else 'compute'}",
+            )
             bottoms = [b + h for b, h in zip(bottoms, heights)]
     axes.set(xlabel="concurrency", ylabel="seconds per request")
     axes.set_title(f"Where an ensemble request's time goes (Triton's statistics)\n{subtitle}", fontsize=9)

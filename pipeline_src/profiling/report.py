@@ -4,8 +4,8 @@ provenance)."""
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 
 def _cell(value) -> str:
@@ -14,8 +14,9 @@ def _cell(value) -> str:
     return str(value)
 
 
-def markdown_table(title: str, paragraphs: Sequence[str], columns: Sequence[str], rows: Sequence[dict],
-                   level: int = 1) -> str:
+def markdown_table(
+    title: str, paragraphs: Sequence[str], columns: Sequence[str], rows: Sequence[dict], level: int = 1
+) -> str:
     """A titled section: paragraphs, then a table of ``rows`` in ``columns`` (absent cells empty)."""
     lines = [f"{'#' * level} {title}", ""]
     for paragraph in paragraphs:

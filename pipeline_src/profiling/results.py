@@ -20,9 +20,9 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from pipeline_src import PROJECT_ROOT
 
@@ -83,8 +83,7 @@ class Provenance:
         return {**header, "date": self.date, "command": self.command}
 
     def markdown(self) -> str:
-        measured = (f"Measured at commit {self.commit}, {self.date}, on {self.machine}. "
-                    f"Command: `{self.command}`.")
+        measured = f"Measured at commit {self.commit}, {self.date}, on {self.machine}. Command: `{self.command}`."
         if self.clean:
             return measured
         return f"**DIRTY TREE: {self.dirt()}; these figures do not name a commit.**\n\n{measured}"
@@ -106,8 +105,9 @@ def is_checkout(root: Path = PROJECT_ROOT) -> bool:
 def uncommitted_changes(root: Path = PROJECT_ROOT) -> list[str]:
     """Tracked files changed (staged or not) and untracked files git does not ignore, outside
     benchmarks/results/, relative to ``root``."""
-    done = _git(root, "status", "--porcelain", "-z", "--untracked-files=normal", "--", ".",
-                f":(exclude){RESULTS_RELATIVE}")
+    done = _git(
+        root, "status", "--porcelain", "-z", "--untracked-files=normal", "--", ".", f":(exclude){RESULTS_RELATIVE}"
+    )
     if done is None or done.returncode != 0:
         raise RuntimeError(f"git status failed in {root}: {done.stderr.strip() if done else 'no git'}")
     entries, paths = iter(done.stdout.split("\0")), []
@@ -160,8 +160,14 @@ def command_line(argv: Sequence[str] | None = None, root: Path = PROJECT_ROOT) -
 
 def collect_provenance(root: Path = PROJECT_ROOT, argv: Sequence[str] | None = None) -> Provenance:
     commit, uncommitted, unknown_tree = _tree_state(root)
-    return Provenance(machine_description(), commit, uncommitted, datetime.date.today().isoformat(),
-                      command_line(argv, root), unknown_tree)
+    return Provenance(
+        machine_description(),
+        commit,
+        uncommitted,
+        datetime.date.today().isoformat(),
+        command_line(argv, root),
+        unknown_tree,
+    )
 
 
 class DirtyTree(SystemExit):
@@ -169,9 +175,12 @@ class DirtyTree(SystemExit):
 
 
 def add_allow_dirty_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allow-dirty", action="store_true",
-                        help="measure even with uncommitted changes outside benchmarks/results/; the results "
-                             "then say at the top that they name no commit")
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="measure even with uncommitted changes outside benchmarks/results/; the results "
+        "then say at the top that they name no commit",
+    )
 
 
 def require_clean_tree(allow_dirty: bool, root: Path = PROJECT_ROOT) -> Provenance:
@@ -179,8 +188,10 @@ def require_clean_tree(allow_dirty: bool, root: Path = PROJECT_ROOT) -> Provenan
     provenance = collect_provenance(root)
     if not provenance.clean:
         if not allow_dirty:
-            raise DirtyTree(f"refusing to measure: {provenance.dirt()}. Figures must name a commit: commit "
-                            "first, or pass --allow-dirty (make: in the target's *_ARGS) to mark them as dirty.")
+            raise DirtyTree(
+                f"refusing to measure: {provenance.dirt()}. Figures must name a commit: commit "
+                "first, or pass --allow-dirty (make: in the target's *_ARGS) to mark them as dirty."
+            )
         print(f"warning: {provenance.dirt()}; the results will say so", file=sys.stderr, flush=True)
     return provenance
 
@@ -207,8 +218,15 @@ def headed(markdown: str, provenance: Provenance) -> str:
     return f"{provenance.markdown()}\n\n{markdown}"
 
 
-def write_results(name: str, result: dict, markdown: str, *, directory: Path = RESULTS_DIR,
-                  provenance: Provenance | None = None, root: Path = PROJECT_ROOT) -> Path:
+def write_results(
+    name: str,
+    result: dict,
+    markdown: str,
+    *,
+    directory: Path = RESULTS_DIR,
+    provenance: Provenance | None = None,
+    root: Path = PROJECT_ROOT,
+) -> Path:
     """``name.json`` (the provenance's keys, then ``result``'s) and ``name.md`` (``markdown`` with the
     provenance under its title) in ``directory``; returns the markdown's path. ``provenance``: default,
     the tree as it is now (a tree changed during the run is marked dirty)."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import httpx
 
@@ -63,28 +63,42 @@ async def ground_truth(grpc_url: str, photos: Sequence[bytes]) -> list[Expected]
         return truth
 
 
-async def drive_api(api_url: str, photos: Sequence[bytes], total: int, concurrency: int,
-                    id_prefix: str = "soak") -> list[Outcome]:
+async def drive_api(
+    api_url: str, photos: Sequence[bytes], total: int, concurrency: int, id_prefix: str = "soak"
+) -> list[Outcome]:
     """``total`` uploads by ``concurrency`` workers over one connection pool, each with its own X-Request-ID."""
     outcomes: list[Outcome] = []
     requests = iter(range(total))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=api_url, timeout=900, limits=limits) as http:
+
         async def worker() -> None:
             for index in requests:
                 request_id, photo = f"{id_prefix}-{index}", index % len(photos)
                 started = time.perf_counter()
                 try:
-                    response = await http.post("/caption", files={"photo": (f"{photo}.jpg", photos[photo], "image/jpeg")},
-                                               headers={"X-Request-ID": request_id})
+                    response = await http.post(
+                        "/caption",
+                        files={"photo": (f"{photo}.jpg", photos[photo], "image/jpeg")},
+                        headers={"X-Request-ID": request_id},
+                    )
                 except httpx.HTTPError as exc:
                     outcomes.append(Outcome(request_id, photo, 0, time.perf_counter() - started, detail=repr(exc)))
                     continue
-                outcome = Outcome(request_id, photo, response.status_code, time.perf_counter() - started,
-                                  echoed_id=response.headers.get("x-request-id", ""))
+                outcome = Outcome(
+                    request_id,
+                    photo,
+                    response.status_code,
+                    time.perf_counter() - started,
+                    echoed_id=response.headers.get("x-request-id", ""),
+                )
                 body = response.json()
                 if response.status_code == 200:
-                    outcome.label, outcome.probability, outcome.caption = body["label"], body["probability"], body["caption"]
+                    outcome.label, outcome.probability, outcome.caption = (
+                        body["label"],
+                        body["probability"],
+                        body["caption"],
+                    )
                 else:
                     outcome.detail = body.get("detail", "")
                 outcomes.append(outcome)
@@ -97,24 +111,36 @@ def check(outcomes: Sequence[Outcome], truth: Sequence[Expected], sent: int, id_
     """Zero failed, zero lost (every id answered exactly once), every answer its own photo's."""
     checks = SoakChecks(sent=sent, answered=len(outcomes))
     answered_ids = [outcome.request_id for outcome in outcomes]
-    checks.lost = sorted(set(f"{id_prefix}-{index}" for index in range(sent)) - set(answered_ids))
+    checks.lost = sorted({f"{id_prefix}-{index}" for index in range(sent)} - set(answered_ids))
     for outcome in outcomes:
         if outcome.status != 200:
             checks.failed.append(f"{outcome.request_id}: {outcome.status} {outcome.detail}")
             continue
         expected = truth[outcome.photo]
         # A caption is exact: the captioner gives a row the same tokens in any batch.
-        if (outcome.echoed_id != outcome.request_id or outcome.label != expected.label
-                or abs(outcome.probability - expected.probability) > PROBABILITY_TOLERANCE
-                or outcome.caption != expected.caption):
-            checks.mismatched.append(f"{outcome.request_id} (photo {outcome.photo}): got {outcome.label} "
-                                     f"{outcome.probability:.6f} {outcome.caption!r} as {outcome.echoed_id!r}, "
-                                     f"expected {expected.label} {expected.probability:.6f} {expected.caption!r}")
+        if (
+            outcome.echoed_id != outcome.request_id
+            or outcome.label != expected.label
+            or abs(outcome.probability - expected.probability) > PROBABILITY_TOLERANCE
+            or outcome.caption != expected.caption
+        ):
+            checks.mismatched.append(
+                f"{outcome.request_id} (photo {outcome.photo}): got {outcome.label} "
+                f"{outcome.probability:.6f} {outcome.caption!r} as {outcome.echoed_id!r}, "
+                f"expected {expected.label} {expected.probability:.6f} {expected.caption!r}"
+            )
     return checks
 
 
-async def soak(api_url: str, grpc_url: str, photos: Sequence[bytes], total: int, concurrency: int,
-               server_pids: Sequence[int] = (), warmup: int | None = None) -> dict:
+async def soak(
+    api_url: str,
+    grpc_url: str,
+    photos: Sequence[bytes],
+    total: int,
+    concurrency: int,
+    server_pids: Sequence[int] = (),
+    warmup: int | None = None,
+) -> dict:
     """Ground truth, a warm-up round, then ``total`` requests at ``concurrency`` while sampling memory.
 
     Warm-up (default: a fifth of ``total``, at least 2 x ``concurrency``): memory first grows for a minute
@@ -133,12 +159,25 @@ async def soak(api_url: str, grpc_url: str, photos: Sequence[bytes], total: int,
         outcomes = await drive_api(api_url, photos, total, concurrency)
     wall_s = time.perf_counter() - started
     checks = check(outcomes, truth, total)
-    return {"requests": total, "warmup_requests": warmup, "concurrency": concurrency, "photos": len(photos),
-            "distinct_probabilities": len({round(expected.probability, 6) for expected in truth}),
-            "distinct_captions": len({expected.caption for expected in truth}),
-            "answered": checks.answered, "failed": len(checks.failed), "lost": len(checks.lost),
-            "mismatched": len(checks.mismatched), "ok": checks.ok, "wall_s": wall_s,
-            **{key: value for key, value in latency_summary([o.latency_s for o in outcomes], wall_s).items()
-               if key != "requests"},
-            **(sampler.growth() if sampler else {}), "memory_samples": sampler.samples if sampler else [],
-            "examples": (checks.failed + checks.lost + checks.mismatched)[:10]}
+    return {
+        "requests": total,
+        "warmup_requests": warmup,
+        "concurrency": concurrency,
+        "photos": len(photos),
+        "distinct_probabilities": len({round(expected.probability, 6) for expected in truth}),
+        "distinct_captions": len({expected.caption for expected in truth}),
+        "answered": checks.answered,
+        "failed": len(checks.failed),
+        "lost": len(checks.lost),
+        "mismatched": len(checks.mismatched),
+        "ok": checks.ok,
+        "wall_s": wall_s,
+        **{
+            key: value
+            for key, value in latency_summary([o.latency_s for o in outcomes], wall_s).items()
+            if key != "requests"
+        },
+        **(sampler.growth() if sampler else {}),
+        "memory_samples": sampler.samples if sampler else [],
+        "examples": (checks.failed + checks.lost + checks.mismatched)[:10],
+    }

@@ -18,8 +18,7 @@ def read_traces(path: Path) -> dict[int, dict]:
     traces: dict[int, dict] = {}
     for entry in json.loads(path.read_text()):
         trace = traces.setdefault(entry["id"], {"parent_id": 0, "ns": {}})
-        trace.update((key, value) for key, value in entry.items()
-                     if key in ("model_name", "request_id", "parent_id"))
+        trace.update((key, value) for key, value in entry.items() if key in ("model_name", "request_id", "parent_id"))
         trace["ns"].update((stamp["name"], stamp["ns"]) for stamp in entry.get("timestamps", []))
     return traces
 
@@ -34,8 +33,10 @@ def summary_lines(traces: dict[int, dict]) -> list[str]:
 
     def show(trace_id: int, depth: int) -> None:
         trace = traces[trace_id]
-        lines.append(f"{'  ' * depth + trace.get('model_name', '?'):<24}{_ms(trace, 'REQUEST_START', 'REQUEST_END')}"
-                     f"{_ms(trace, 'QUEUE_START', 'COMPUTE_START')}{_ms(trace, 'COMPUTE_START', 'COMPUTE_END')}")
+        lines.append(
+            f"{'  ' * depth + trace.get('model_name', '?'):<24}{_ms(trace, 'REQUEST_START', 'REQUEST_END')}"
+            f"{_ms(trace, 'QUEUE_START', 'COMPUTE_START')}{_ms(trace, 'COMPUTE_START', 'COMPUTE_END')}"
+        )
         children = [child for child, value in traces.items() if value["parent_id"] == trace_id]
         for child in sorted(children, key=lambda child: traces[child]["ns"].get("REQUEST_START", 0)):
             show(child, depth + 1)

@@ -13,20 +13,27 @@ PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 @dataclass(frozen=True)
 class ModelCounters:
     """Triton's cumulative counters for one model."""
+
     inferences: int  # images (batch rows)
     executions: int  # model executions: inferences / executions is the mean batch size
     requests: int  # successful requests
     phase_ns: dict[str, int]  # total nanoseconds per phase, summed over requests
 
-    def minus(self, earlier: "ModelCounters") -> "ModelCounters":
-        return ModelCounters(self.inferences - earlier.inferences, self.executions - earlier.executions,
-                             self.requests - earlier.requests,
-                             {phase: self.phase_ns[phase] - earlier.phase_ns[phase] for phase in PHASES})
+    def minus(self, earlier: ModelCounters) -> ModelCounters:
+        return ModelCounters(
+            self.inferences - earlier.inferences,
+            self.executions - earlier.executions,
+            self.requests - earlier.requests,
+            {phase: self.phase_ns[phase] - earlier.phase_ns[phase] for phase in PHASES},
+        )
 
     def summary(self) -> dict[str, float]:
         """Mean batch size, and each phase's mean milliseconds per request."""
-        figures = {"requests": self.requests, "inferences": self.inferences,
-                   "mean_batch": self.inferences / self.executions if self.executions else 0.0}
+        figures = {
+            "requests": self.requests,
+            "inferences": self.inferences,
+            "mean_batch": self.inferences / self.executions if self.executions else 0.0,
+        }
         for phase in PHASES:
             figures[f"{phase}_ms"] = self.phase_ns[phase] / self.requests / 1e6 if self.requests else 0.0
         return figures
@@ -51,5 +58,8 @@ def model_counters(url: str) -> dict[str, ModelCounters]:
 def counters_since(url: str, before: dict[str, ModelCounters]) -> dict[str, dict[str, float]]:
     """Per-model summaries of what happened since ``before``, for the models that ran."""
     now = model_counters(url)
-    return {name: counters.minus(before[name]).summary() for name, counters in now.items()
-            if name in before and counters.requests > before[name].requests}
+    return {
+        name: counters.minus(before[name]).summary()
+        for name, counters in now.items()
+        if name in before and counters.requests > before[name].requests
+    }

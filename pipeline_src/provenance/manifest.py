@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 MANIFEST_FILE = "manifest.json"
 KINDS = ("real", "stand-in", "unknown")  # unknown: built before manifests existed, source not recorded
@@ -46,15 +46,23 @@ class Manifest:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Manifest":
+    def from_dict(cls, data: dict) -> Manifest:
         data = {key: value for key, value in data.items() if key != "sha256"}  # derived; verify() compares it
         data["precisions"] = tuple(data.get("precisions", ("fp32",)))
         return cls(**data)
 
 
-def write_manifest(version_dir: Path, model: str, kind: str, source: str, files: Iterable[Path], *,
-                   warning: str = "", precisions: tuple[str, ...] = ("fp32",),
-                   fidelity: dict | None = None) -> Manifest:
+def write_manifest(
+    version_dir: Path,
+    model: str,
+    kind: str,
+    source: str,
+    files: Iterable[Path],
+    *,
+    warning: str = "",
+    precisions: tuple[str, ...] = ("fp32",),
+    fidelity: dict | None = None,
+) -> Manifest:
     """Hash ``files`` (inside ``version_dir``) and write the manifest beside them."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
@@ -89,6 +97,8 @@ def verify(version_dir: Path) -> list[str]:
         if not path.is_file():
             problems.append(f"{MANIFEST_FILE} lists {name}, which is missing")
         elif file_sha256(path) != digest:
-            problems.append(f"{name} is not the file {MANIFEST_FILE} describes (replaced since it was built: "
-                            "`make models` records what it is now, `make models BUILD_ARGS=--force` rebuilds it)")
+            problems.append(
+                f"{name} is not the file {MANIFEST_FILE} describes (replaced since it was built: "
+                "`make models` records what it is now, `make models BUILD_ARGS=--force` rebuilds it)"
+            )
     return problems

@@ -31,8 +31,13 @@ def served_identity(repository: Path) -> list[dict]:
     """One short entry per served manifest, by model name: what an answer carries."""
     identity = []
     for model, version, manifest in served_manifests(repository):
-        entry = {"model": model, "version": version, "kind": manifest.kind,
-                 "sha256": manifest.sha256[:SHORT_HASH], "source": manifest.source}
+        entry = {
+            "model": model,
+            "version": version,
+            "kind": manifest.kind,
+            "sha256": manifest.sha256[:SHORT_HASH],
+            "source": manifest.source,
+        }
         if manifest.warning:
             entry["warning"] = manifest.warning
         identity.append(entry)
@@ -46,5 +51,6 @@ def identity_json(repository: Path) -> str:
 
 def manifests_json(repository: Path) -> str:
     """Every served manifest, whole (files and fidelity included), with the version served."""
-    return json.dumps([{"version": version, **manifest.to_dict()}
-                       for _, version, manifest in served_manifests(repository)])
+    return json.dumps(
+        [{"version": version, **manifest.to_dict()} for _, version, manifest in served_manifests(repository)]
+    )

@@ -3,13 +3,18 @@ callee models' configs: the callee exists, takes every tensor sent, and gives ev
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from pipeline_src.repository.loading import ModelEntry
 from pipeline_src.repository.report import Report
-from pipeline_src.repository.tensors import (TensorSpec, describe_edge_mismatch, edge_mismatch, is_data_type_name,
-                                             spec_of)
+from pipeline_src.repository.tensors import (
+    TensorSpec,
+    describe_edge_mismatch,
+    edge_mismatch,
+    is_data_type_name,
+    spec_of,
+)
 from pipeline_src.steps.bls import BlsCall, BlsTensor
 from pipeline_src.steps.settings import StepSettings
 
@@ -21,18 +26,21 @@ def check_bls_calls(caller: ModelEntry, settings: StepSettings, models: dict[str
         callee_name = call.callee(settings)
         where = f"declared in {type(settings).__name__}.BLS_CALLS, callee from parameter {call.callee_field}"
 
-        def error(message: str) -> None:
+        def error(message: str, callee_name: str = callee_name, where: str = where) -> None:
             report.error(caller.name, f"BLS call to '{callee_name}' ({where}): {message}")
 
         _check_call(caller, call, models.get(callee_name), callee_name, error)
 
 
-def _check_call(caller: ModelEntry, call: BlsCall, callee: ModelEntry | None, callee_name: str,
-                error: Complain) -> None:
+def _check_call(
+    caller: ModelEntry, call: BlsCall, callee: ModelEntry | None, callee_name: str, error: Complain
+) -> None:
     for tensor in (*call.inputs, *call.outputs):
         if not is_data_type_name(tensor.data_type):
-            error(f"tensor '{tensor.name}' is declared with data type '{tensor.data_type}', not a Triton type "
-                  "such as TYPE_FP32")
+            error(
+                f"tensor '{tensor.name}' is declared with data type '{tensor.data_type}', not a Triton type "
+                "such as TYPE_FP32"
+            )
             return
     if callee is None:
         error(f"model '{callee_name}' is not in the repository")
@@ -40,8 +48,10 @@ def _check_call(caller: ModelEntry, call: BlsCall, callee: ModelEntry | None, ca
     if callee.config is None:
         return  # its config is broken: reported with that model
     if callee.batched and callee.max_batch_size < caller.max_batch_size:
-        error(f"'{callee.name}' has max_batch_size {callee.max_batch_size}, smaller than this step's "
-              f"{caller.max_batch_size}: a full request forwarded to it would be refused")
+        error(
+            f"'{callee.name}' has max_batch_size {callee.max_batch_size}, smaller than this step's "
+            f"{caller.max_batch_size}: a full request forwarded to it would be refused"
+        )
     for sent in call.inputs:
         if sent.forwarded:
             _check_forwarded(caller, sent, error)
@@ -70,8 +80,10 @@ def _check_forwarded(caller: ModelEntry, sent: BlsTensor, error: Complain) -> No
 def _check_sent(callee: ModelEntry, sent: BlsTensor, error: Complain) -> None:
     inputs = {tensor.name: tensor for tensor in callee.parsed_config.input}
     if sent.name not in inputs:
-        error(f"sends tensor '{sent.name}', which is not an input of model '{callee.name}' "
-              f"(its inputs: {', '.join(map(repr, inputs)) or 'none'})")
+        error(
+            f"sends tensor '{sent.name}', which is not an input of model '{callee.name}' "
+            f"(its inputs: {', '.join(map(repr, inputs)) or 'none'})"
+        )
         return
     declared = _spec("the tensor sent", sent)
     accepted = spec_of(f"'{callee.name}' input '{sent.name}'", inputs[sent.name], callee.batched)
@@ -83,8 +95,10 @@ def _check_sent(callee: ModelEntry, sent: BlsTensor, error: Complain) -> None:
 def _check_read(callee: ModelEntry, read: BlsTensor, error: Complain) -> None:
     outputs = {tensor.name: tensor for tensor in callee.parsed_config.output}
     if read.name not in outputs:
-        error(f"reads output '{read.name}', which model '{callee.name}' does not have "
-              f"(its outputs: {', '.join(map(repr, outputs)) or 'none'})")
+        error(
+            f"reads output '{read.name}', which model '{callee.name}' does not have "
+            f"(its outputs: {', '.join(map(repr, outputs)) or 'none'})"
+        )
         return
     given = spec_of(f"'{callee.name}' output '{read.name}'", outputs[read.name], callee.batched)
     expected = _spec("the output read", read)

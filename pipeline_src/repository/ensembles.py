@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from pipeline_src.repository.graphs import find_cycles
 from pipeline_src.repository.loading import ModelEntry
 from pipeline_src.repository.report import Report
-from pipeline_src.repository.tensors import (ANY, TensorSpec, describe_edge_mismatch, differs_only_in_batching,
-                                             edge_mismatch, spec_of)
+from pipeline_src.repository.tensors import (
+    ANY,
+    TensorSpec,
+    describe_edge_mismatch,
+    differs_only_in_batching,
+    edge_mismatch,
+    spec_of,
+)
 
 
 @dataclass(frozen=True)
@@ -31,9 +37,15 @@ def check_ensemble(entry: ModelEntry, models: dict[str, ModelEntry], report: Rep
 
 def check_ensemble_nesting(models: dict[str, ModelEntry], report: Report) -> None:
     """Ensembles may contain ensembles, but never themselves, directly or not."""
-    contains = {name: {step.model_name for step in entry.parsed_config.ensemble_scheduling.step
-                       if step.model_name in models and models[step.model_name].is_ensemble}
-                for name, entry in models.items() if entry.is_ensemble}
+    contains = {
+        name: {
+            step.model_name
+            for step in entry.parsed_config.ensemble_scheduling.step
+            if step.model_name in models and models[step.model_name].is_ensemble
+        }
+        for name, entry in models.items()
+        if entry.is_ensemble
+    }
     for cycle in find_cycles(contains):
         report.error(cycle[0], f"ensembles contain each other in a cycle: {' -> '.join([*cycle, cycle[0]])}")
 
@@ -100,25 +112,34 @@ class _EnsembleCheck:
     def check_step_model(self, label: str, step, model: ModelEntry, inputs: dict, outputs: dict) -> None:
         for key in step.input_map:
             if key not in inputs:
-                self.error(f"{label}: input_map key '{key}' is not an input of model '{model.name}' "
-                           f"(its inputs: {_listed(inputs)})")
+                self.error(
+                    f"{label}: input_map key '{key}' is not an input of model '{model.name}' "
+                    f"(its inputs: {_listed(inputs)})"
+                )
         for name, tensor in inputs.items():
             if name not in step.input_map and not tensor.optional:
                 self.error(f"{label}: input '{name}' of model '{model.name}' is not fed (no input_map key '{name}')")
         for key in step.output_map:
             if key not in outputs:
-                self.error(f"{label}: output_map key '{key}' is not an output of model '{model.name}' "
-                           f"(its outputs: {_listed(outputs)})")
+                self.error(
+                    f"{label}: output_map key '{key}' is not an output of model '{model.name}' "
+                    f"(its outputs: {_listed(outputs)})"
+                )
         if model.batched and model.max_batch_size < self.entry.max_batch_size:
-            self.error(f"{label}: model '{model.name}' has max_batch_size {model.max_batch_size}, smaller than "
-                       f"the ensemble's {self.entry.max_batch_size} (Triton refuses the ensemble)")
+            self.error(
+                f"{label}: model '{model.name}' has max_batch_size {model.max_batch_size}, smaller than "
+                f"the ensemble's {self.entry.max_batch_size} (Triton refuses the ensemble)"
+            )
         versions = [int(version.name) for version in model.versions]
         if step.model_version != -1 and versions and step.model_version not in versions:
-            self.error(f"{label}: model_version {step.model_version} is not a version Triton loads of "
-                       f"'{model.name}' (loaded: {versions})")
+            self.error(
+                f"{label}: model_version {step.model_version} is not a version Triton loads of "
+                f"'{model.name}' (loaded: {versions})"
+            )
 
-    def check_step_batching(self, number: int, label: str, step, model: ModelEntry,
-                            inputs: dict, outputs: dict) -> None:
+    def check_step_batching(
+        self, number: int, label: str, step, model: ModelEntry, inputs: dict, outputs: dict
+    ) -> None:
         """A max_batch_size 0 step in a batching ensemble gets [batch, ...] tensors: Triton loads it, then
         fails every request of more than one row unless its dims start with the (variable) batch dimension."""
         if not self.entry.batched or model.batched:
@@ -128,10 +149,12 @@ class _EnsembleCheck:
         lacking = [tensor.name for tensor in mapped if not (tensor.dims and tensor.dims[0] == ANY)]
         if lacking:
             self.unbatched_steps.add(number)
-            self.error(f"{label}: model '{model.name}' has max_batch_size 0 inside an ensemble that batches "
-                       f"(max_batch_size {self.entry.max_batch_size}): its tensor(s) {_listed(lacking)} lack the "
-                       "batch dimension they get (Triton loads this, then fails requests of more than one row); "
-                       f"give it max_batch_size >= {self.entry.max_batch_size}")
+            self.error(
+                f"{label}: model '{model.name}' has max_batch_size 0 inside an ensemble that batches "
+                f"(max_batch_size {self.entry.max_batch_size}): its tensor(s) {_listed(lacking)} lack the "
+                "batch dimension they get (Triton loads this, then fails requests of more than one row); "
+                f"give it max_batch_size >= {self.entry.max_batch_size}"
+            )
 
     def check_producers(self) -> None:
         """Each tensor produced once, and used (Triton refuses an ensemble with an unused tensor)."""
@@ -141,8 +164,10 @@ class _EnsembleCheck:
                 self.error(f"tensor '{tensor}' is produced more than once: by {who}")
             if tensor not in self.consumers:
                 what = f"ensemble input '{tensor}'" if sources[0].step is None else f"tensor '{tensor}' from {who}"
-                self.error(f"{what} is used by no step and is not an ensemble output "
-                           "(Triton 2.51 refuses to load an ensemble with an unused tensor)")
+                self.error(
+                    f"{what} is used by no step and is not an ensemble output "
+                    "(Triton 2.51 refuses to load an ensemble with an unused tensor)"
+                )
 
     def check_edges(self) -> None:
         """Every consumed tensor has a producer, whose type and shape the consumer accepts."""
@@ -150,13 +175,16 @@ class _EnsembleCheck:
             sources = self.producers.get(tensor, [])
             for end in ends:
                 if not sources and end.step is not None:
-                    self.error(f"{end.who} consumes tensor '{tensor}', which no step produces and is not an "
-                               "ensemble input")
+                    self.error(
+                        f"{end.who} consumes tensor '{tensor}', which no step produces and is not an ensemble input"
+                    )
                 source = sources[0] if len(sources) == 1 else None
                 if source is not None and source.spec and end.spec:
                     why = edge_mismatch(source.spec, end.spec)
-                    if why and not ({source.step, end.step} & self.unbatched_steps
-                                    and differs_only_in_batching(source.spec, end.spec)):
+                    if why and not (
+                        {source.step, end.step} & self.unbatched_steps
+                        and differs_only_in_batching(source.spec, end.spec)
+                    ):
                         self.error(describe_edge_mismatch(tensor, source.spec, end.spec, why))
 
     def check_cycles(self) -> None:

@@ -26,7 +26,7 @@ def find_cycles(edges: Mapping[Node, Iterable[Node]]) -> list[list[Node]]:
         path.append(node)
         for successor in sorted(edges.get(node, ())):
             if state.get(successor) == "open":
-                cycle = path[path.index(successor):]
+                cycle = path[path.index(successor) :]
                 if not any(set(cycle) <= group or group <= set(cycle) for group in groups):
                     groups.append(set(cycle))
                     found.append(cycle)

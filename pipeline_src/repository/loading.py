@@ -77,15 +77,20 @@ def load_models(repository: Path, report: Report, config_name: str | None = None
         try:
             entry.config = parse_config(config_path)
         except text_format.ParseError as exc:
-            report.error(entry.name, f"{CONFIG_FILE} does not parse as Triton's ModelConfig: "
-                                     f"{describe_parse_error(config_path, exc)}")
+            report.error(
+                entry.name,
+                f"{CONFIG_FILE} does not parse as Triton's ModelConfig: {describe_parse_error(config_path, exc)}",
+            )
             continue
         except (OSError, UnicodeDecodeError) as exc:
             report.error(entry.name, f"cannot read {config_path}: {exc}")
             continue
         if entry.config.name and entry.config.name != entry.name:
-            report.error(entry.name, f"{CONFIG_FILE} names the model '{entry.config.name}', but its folder is "
-                                     f"'{entry.name}': Triton needs the two equal")
+            report.error(
+                entry.name,
+                f"{CONFIG_FILE} names the model '{entry.config.name}', but its folder is "
+                f"'{entry.name}': Triton needs the two equal",
+            )
         entry.versions = loaded_versions(entry, report)
     report.models = list(models)
     return models
@@ -104,8 +109,10 @@ def loaded_versions(entry: ModelEntry, report: Report) -> list[Path]:
     if choice == "specific":
         missing = [number for number in policy.specific.versions if number not in available]
         if missing:
-            report.error(entry.name, f"version_policy asks for version(s) {missing}, which have no folder "
-                                     f"(found: {sorted(available)})")
+            report.error(
+                entry.name,
+                f"version_policy asks for version(s) {missing}, which have no folder (found: {sorted(available)})",
+            )
         return [available[number] for number in sorted(policy.specific.versions) if number in available]
     latest = policy.latest.num_versions if choice == "latest" else 1
-    return [available[number] for number in sorted(available)[-max(latest, 1):]]
+    return [available[number] for number in sorted(available)[-max(latest, 1) :]]

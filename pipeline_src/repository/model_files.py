@@ -64,8 +64,11 @@ def check_declared_files(entry: ModelEntry, settings: StepSettings, report: Repo
                 continue
             path = version_dir / str(getattr(settings, name))
             if not path.is_file():
-                report.error(entry.name, f"version {version_dir.name}: parameter {name}={getattr(settings, name)!r}: "
-                                         f"file {path} is missing; {BUILD_HINT}")
+                report.error(
+                    entry.name,
+                    f"version {version_dir.name}: parameter {name}={getattr(settings, name)!r}: "
+                    f"file {path} is missing; {BUILD_HINT}",
+                )
             elif name in cls.ONNX_FILE_FIELDS:
                 onnx_files.append(path)
         for name, required in cls.DIRECTORY_FIELDS.items():

@@ -10,10 +10,20 @@ from pipeline_src.repository.tensors import ANY, data_type_name
 
 # ONNX TensorProto element type names -> config.pbtxt data types.
 ONNX_TO_TRITON = {
-    "FLOAT": "TYPE_FP32", "FLOAT16": "TYPE_FP16", "BFLOAT16": "TYPE_BF16", "DOUBLE": "TYPE_FP64",
-    "INT8": "TYPE_INT8", "INT16": "TYPE_INT16", "INT32": "TYPE_INT32", "INT64": "TYPE_INT64",
-    "UINT8": "TYPE_UINT8", "UINT16": "TYPE_UINT16", "UINT32": "TYPE_UINT32", "UINT64": "TYPE_UINT64",
-    "BOOL": "TYPE_BOOL", "STRING": "TYPE_STRING",
+    "FLOAT": "TYPE_FP32",
+    "FLOAT16": "TYPE_FP16",
+    "BFLOAT16": "TYPE_BF16",
+    "DOUBLE": "TYPE_FP64",
+    "INT8": "TYPE_INT8",
+    "INT16": "TYPE_INT16",
+    "INT32": "TYPE_INT32",
+    "INT64": "TYPE_INT64",
+    "UINT8": "TYPE_UINT8",
+    "UINT16": "TYPE_UINT16",
+    "UINT32": "TYPE_UINT32",
+    "UINT64": "TYPE_UINT64",
+    "BOOL": "TYPE_BOOL",
+    "STRING": "TYPE_STRING",
 }
 
 
@@ -23,8 +33,9 @@ def check_onnx_io(entry: ModelEntry, onnx_path: Path, report: Report) -> None:
     try:
         import onnx  # the build extra; only needed for this check
     except ImportError:
-        report.warning(entry.name, f"the onnx package is not installed: {onnx_path} is unchecked "
-                                   "(pip install -e '.[build]')")
+        report.warning(
+            entry.name, f"the onnx package is not installed: {onnx_path} is unchecked (pip install -e '.[build]')"
+        )
         return
     try:
         graph = onnx.load(str(onnx_path), load_external_data=False).graph
@@ -35,19 +46,26 @@ def check_onnx_io(entry: ModelEntry, onnx_path: Path, report: Report) -> None:
     file_inputs = {value.name: value for value in graph.input if value.name not in initializers}
     file_outputs = {value.name: value for value in graph.output}
     where = f"ONNX model {onnx_path}"
-    for kind, declared, in_file in (("input", entry.parsed_config.input, file_inputs),
-                                    ("output", entry.parsed_config.output, file_outputs)):
+    for kind, declared, in_file in (
+        ("input", entry.parsed_config.input, file_inputs),
+        ("output", entry.parsed_config.output, file_outputs),
+    ):
         for tensor in declared:
             if tensor.name not in in_file:
-                report.error(entry.name, f"config {kind} '{tensor.name}' is not an {kind} of {where} "
-                                         f"(its {kind}s: {', '.join(map(repr, in_file)) or 'none'})")
+                report.error(
+                    entry.name,
+                    f"config {kind} '{tensor.name}' is not an {kind} of {where} "
+                    f"(its {kind}s: {', '.join(map(repr, in_file)) or 'none'})",
+                )
                 continue
             mismatch = _value_mismatch(entry, tensor, in_file[tensor.name], onnx)
             if mismatch:
                 report.error(entry.name, f"{kind} '{tensor.name}': {mismatch} ({where})")
     for name in file_inputs.keys() - {tensor.name for tensor in entry.parsed_config.input}:
-        report.error(entry.name, f"{where} has input '{name}', which the config does not declare: "
-                                 "ONNX Runtime needs every input fed")
+        report.error(
+            entry.name,
+            f"{where} has input '{name}', which the config does not declare: ONNX Runtime needs every input fed",
+        )
 
 
 def _value_mismatch(entry: ModelEntry, tensor, value, onnx) -> str | None:
@@ -69,8 +87,10 @@ def _value_mismatch(entry: ModelEntry, tensor, value, onnx) -> str | None:
     if len(file_dims) != len(expected):
         return shown
     if entry.batched and isinstance(file_dims[0], int) and not (file_dims[0] == 1 == entry.max_batch_size):
-        return (f"{shown}: the ONNX file fixes the batch dimension to {file_dims[0]}, but max_batch_size is "
-                f"{entry.max_batch_size}; export it with a dynamic batch axis")
+        return (
+            f"{shown}: the ONNX file fixes the batch dimension to {file_dims[0]}, but max_batch_size is "
+            f"{entry.max_batch_size}; export it with a dynamic batch axis"
+        )
     for file_dim, config_dim in zip(file_dims[1:] if entry.batched else file_dims, dims):
         if isinstance(file_dim, int) and config_dim != ANY and file_dim != config_dim:
             return shown

@@ -34,9 +34,17 @@ SELF_CONTAINED_SUFFIX = "_step"  # NAME_step.py: a module name unlikely to clash
 
 # The element types the example computation supports: config spelling (without TYPE_) -> numpy type.
 NUMERIC_TYPES = {
-    "FP16": "float16", "FP32": "float32", "FP64": "float64",
-    "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64",
-    "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+    "FP16": "float16",
+    "FP32": "float32",
+    "FP64": "float64",
+    "INT8": "int8",
+    "INT16": "int16",
+    "INT32": "int32",
+    "INT64": "int64",
+    "UINT8": "uint8",
+    "UINT16": "uint16",
+    "UINT32": "uint32",
+    "UINT64": "uint64",
 }
 
 
@@ -69,8 +77,10 @@ class StepSpec:
         if self.input_name == self.output_name:
             raise ScaffoldError(f"input and output are both named {self.input_name!r}")
         if self.data_type not in NUMERIC_TYPES:
-            raise ScaffoldError(f"data type {self.data_type!r}: the example computation needs one of "
-                                f"{', '.join(NUMERIC_TYPES)} (edit the created step for BYTES/STRING)")
+            raise ScaffoldError(
+                f"data type {self.data_type!r}: the example computation needs one of "
+                f"{', '.join(NUMERIC_TYPES)} (edit the created step for BYTES/STRING)"
+            )
         if not self.dims or any(dim == 0 or dim < -1 for dim in self.dims):
             raise ScaffoldError(f"dims {list(self.dims)}: each dim is a positive size or -1 (any size)")
         if self.max_batch_size < 1:
@@ -166,8 +176,10 @@ def create_step(spec: StepSpec, layout: Layout) -> list[Path]:
     if taken:
         raise ScaffoldError(f"step {spec.name!r}: {', '.join(map(str, taken))} exist(s) already")
     if layout.source_dir is not None and not (layout.source_dir / "__init__.py").is_file():
-        raise ScaffoldError(f"{layout.source_dir} is not a package directory (no __init__.py), so "
-                            f"{layout.module(spec.name)} would not import")
+        raise ScaffoldError(
+            f"{layout.source_dir} is not a package directory (no __init__.py), so "
+            f"{layout.module(spec.name)} would not import"
+        )
     if not layout.repository.is_dir():
         raise ScaffoldError(f"no model repository at {layout.repository}")
     for path, text in files.items():
@@ -178,6 +190,7 @@ def create_step(spec: StepSpec, layout: Layout) -> list[Path]:
 
 def next_steps(spec: StepSpec, layout: Layout, created: list[Path]) -> str:
     """What ``food11-new-step`` prints: the files, then what to do with them."""
+
     def shown(path: Path) -> str:
         try:
             return str(path.resolve().relative_to(Path.cwd().resolve()))
@@ -185,15 +198,17 @@ def next_steps(spec: StepSpec, layout: Layout, created: list[Path]) -> str:
             return str(path)
 
     logic, test = shown(layout.logic_file(spec.name)), shown(layout.test_file(spec.name))
-    lines = [f"Created the step '{spec.name}' ({spec.input_name} -> {spec.output_name}, "
-             f"TYPE_{spec.data_type} [{', '.join(map(str, spec.dims))}]):"]
+    lines = [
+        f"Created the step '{spec.name}' ({spec.input_name} -> {spec.output_name}, "
+        f"TYPE_{spec.data_type} [{', '.join(map(str, spec.dims))}]):"
+    ]
     lines += [f"  {shown(path)}" for path in created]
     lines += [
         "Next:",
         f"  1. Put your logic in {logic} (compute, find_problem) and every tunable in {spec.settings_class}",
         f"     and the parameters of {shown(layout.model_dir(spec.name) / 'config.pbtxt')}.",
         f"  2. Test the logic:     .venv/bin/python -m pytest {test} -q",
-        f"  3. Wire it into an ensemble: a step with model_name: \"{spec.name}\", its input_map and output_map"
+        f'  3. Wire it into an ensemble: a step with model_name: "{spec.name}", its input_map and output_map'
         " (docs/EXTENDING.md).",
         f"  4. Validate:           food11-validate {shown(layout.repository)}",
         f"  5. Serve and call it:  make serve, then infer on model '{spec.name}' or your ensemble.",
@@ -209,31 +224,55 @@ def _dims(text: str) -> tuple[int, ...]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="food11-new-step", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="food11-new-step", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("name", help="the step's name: a Python identifier, new to the repository (e.g. top_labels)")
-    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository",
-                        help="the model repository (default: %(default)s)")
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=PROJECT_ROOT / "model_repository",
+        help="the model repository (default: %(default)s)",
+    )
     place = parser.add_mutually_exclusive_group()
-    place.add_argument("--source-dir", type=Path,
-                       help=f"the directory of --package, for the logic module (default: {DEFAULT_PACKAGE})")
-    place.add_argument("--self-contained", action="store_true",
-                       help="put the logic module in the model's folder (<repository>/NAME/NAME_step.py)")
+    place.add_argument(
+        "--source-dir", type=Path, help=f"the directory of --package, for the logic module (default: {DEFAULT_PACKAGE})"
+    )
+    place.add_argument(
+        "--self-contained",
+        action="store_true",
+        help="put the logic module in the model's folder (<repository>/NAME/NAME_step.py)",
+    )
     parser.add_argument("--package", help=f"the dotted package of --source-dir (default: {DEFAULT_PACKAGE})")
-    parser.add_argument("--tests-dir", type=Path, default=DEFAULT_TESTS_DIR,
-                        help="where the unit test goes (default: %(default)s)")
-    parser.add_argument("--input", dest="input_name", default=StepSpec.input_name, help="input tensor name "
-                        "(default: %(default)s)")
-    parser.add_argument("--output", dest="output_name", default=StepSpec.output_name, help="output tensor name "
-                        "(default: %(default)s)")
-    parser.add_argument("--data-type", default=StepSpec.data_type, type=str.upper, choices=list(NUMERIC_TYPES),
-                        help="element type of input and output (default: %(default)s)")
-    parser.add_argument("--dims", type=_dims, default=StepSpec.dims,
-                        help="one row's shape, without the batch dimension, e.g. 4 or 3,-1 (default: 4)")
-    parser.add_argument("--max-batch-size", type=int, default=StepSpec.max_batch_size,
-                        help="(default: %(default)s)")
-    parser.add_argument("--instances", type=int, default=StepSpec.instances,
-                        help="CPU instances, each its own process (default: %(default)s)")
+    parser.add_argument(
+        "--tests-dir", type=Path, default=DEFAULT_TESTS_DIR, help="where the unit test goes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--input", dest="input_name", default=StepSpec.input_name, help="input tensor name (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--output", dest="output_name", default=StepSpec.output_name, help="output tensor name (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--data-type",
+        default=StepSpec.data_type,
+        type=str.upper,
+        choices=list(NUMERIC_TYPES),
+        help="element type of input and output (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--dims",
+        type=_dims,
+        default=StepSpec.dims,
+        help="one row's shape, without the batch dimension, e.g. 4 or 3,-1 (default: 4)",
+    )
+    parser.add_argument("--max-batch-size", type=int, default=StepSpec.max_batch_size, help="(default: %(default)s)")
+    parser.add_argument(
+        "--instances",
+        type=int,
+        default=StepSpec.instances,
+        help="CPU instances, each its own process (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     if (args.source_dir is None) != (args.package is None):
         parser.error("--source-dir and --package go together")
@@ -242,13 +281,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    spec = StepSpec(args.name, args.input_name, args.output_name, args.data_type, args.dims,
-                    args.max_batch_size, args.instances)
+    spec = StepSpec(
+        args.name, args.input_name, args.output_name, args.data_type, args.dims, args.max_batch_size, args.instances
+    )
     if args.self_contained:
         layout = Layout(args.repository, args.tests_dir)
     else:
-        layout = Layout(args.repository, args.tests_dir, args.source_dir or PROJECT_ROOT / "pipeline_src" / "steps",
-                        args.package or DEFAULT_PACKAGE)
+        layout = Layout(
+            args.repository,
+            args.tests_dir,
+            args.source_dir or PROJECT_ROOT / "pipeline_src" / "steps",
+            args.package or DEFAULT_PACKAGE,
+        )
     try:
         created = create_step(spec, layout)
     except ScaffoldError as exc:

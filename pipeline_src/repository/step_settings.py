@@ -34,9 +34,12 @@ def check_settings(entry: ModelEntry, report: Report) -> StepSettings | None:
         report.error(entry.name, f"parameter {SETTINGS_PARAMETER}: {exc}")
         return None
     if cls is None:
-        report.warning(entry.name, f"no '{SETTINGS_PARAMETER}' parameter names its settings class "
-                                   f"(e.g. 'pipeline_src.steps.settings:PreprocessSettings'): its parameters, "
-                                   "files and BLS calls are unchecked")
+        report.warning(
+            entry.name,
+            f"no '{SETTINGS_PARAMETER}' parameter names its settings class "
+            f"(e.g. 'pipeline_src.steps.settings:PreprocessSettings'): its parameters, "
+            "files and BLS calls are unchecked",
+        )
         return None
     try:
         return cls.from_parameters(parameters)

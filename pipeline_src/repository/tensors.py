@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from tritonclient.grpc import model_config_pb2
 
@@ -33,7 +33,8 @@ def data_type_name(value: int) -> str:
 
 
 def is_data_type_name(name: str) -> bool:
-    return name in model_config_pb2.DataType.keys() and name != "TYPE_INVALID"
+    known = model_config_pb2.DataType.keys()  # an enum wrapper: `in` works on its keys only
+    return name in known and name != "TYPE_INVALID"
 
 
 def spec_of(label: str, tensor, batched: bool, use_reshape: bool = False) -> TensorSpec:
@@ -64,11 +65,15 @@ def edge_mismatch(producer: TensorSpec, consumer: TensorSpec) -> str | None:
         return None
     unbatched = consumer if producer.batched else producer
     if dims_match(producer.dims, consumer.dims):
-        return (f"{unbatched.label} has max_batch_size 0, so its dims must include the batch dimension the other "
-                f"side carries (e.g. {[ANY, *unbatched.dims]}), or give it a max_batch_size")
+        return (
+            f"{unbatched.label} has max_batch_size 0, so its dims must include the batch dimension the other "
+            f"side carries (e.g. {[ANY, *unbatched.dims]}), or give it a max_batch_size"
+        )
     return "the dims differ"
 
 
 def describe_edge_mismatch(tensor: str, producer: TensorSpec, consumer: TensorSpec, why: str) -> str:
-    return (f"tensor '{tensor}': {producer.label} is {producer.describe()}, but {consumer.label} expects "
-            f"{consumer.describe()}: {why}")
+    return (
+        f"tensor '{tensor}': {producer.label} is {producer.describe()}, but {consumer.label} expects "
+        f"{consumer.describe()}: {why}"
+    )

@@ -19,13 +19,18 @@ from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.bls_calls import check_bls_calls
 from pipeline_src.repository.ensembles import check_ensemble, check_ensemble_nesting
 from pipeline_src.repository.loading import ModelEntry, load_models
-from pipeline_src.repository.model_files import (PYTHON_BACKEND, check_backend_files, check_declared_files,
-                                                 check_manifests, runs_onnx_runtime)
+from pipeline_src.repository.model_files import (
+    PYTHON_BACKEND,
+    check_backend_files,
+    check_declared_files,
+    check_manifests,
+    runs_onnx_runtime,
+)
 from pipeline_src.repository.onnx_io import check_onnx_io
 from pipeline_src.repository.report import Problem, Report, Severity
 from pipeline_src.repository.step_settings import check_settings
 
-__all__ = ["Problem", "Report", "Severity", "validate_repository", "main"]
+__all__ = ["Problem", "Report", "Severity", "main", "validate_repository"]
 
 REPOSITORY_LABEL = "<repository>"  # Problem.model of problems with the repository as a whole
 
@@ -74,12 +79,21 @@ def _check_model(entry: ModelEntry, models: dict[str, ModelEntry], report: Repor
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="food11-validate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("repository", nargs="?", type=Path, default=PROJECT_ROOT / "model_repository",
-                        help="the model repository (default: %(default)s)")
-    parser.add_argument("--model-config-name", help="validate with this configs/<name>.pbtxt variant where a model "
-                                                    "has one, as tritonserver --model-config-name does")
+    parser = argparse.ArgumentParser(
+        prog="food11-validate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "repository",
+        nargs="?",
+        type=Path,
+        default=PROJECT_ROOT / "model_repository",
+        help="the model repository (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model-config-name",
+        help="validate with this configs/<name>.pbtxt variant where a model "
+        "has one, as tritonserver --model-config-name does",
+    )
     args = parser.parse_args(argv)
     report = validate_repository(args.repository, args.model_config_name)
     print(report.text(), flush=True)

@@ -25,6 +25,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+
 class ServerStartError(RuntimeError):
     """A server process exited, or did not answer in time."""
 
@@ -112,11 +113,13 @@ _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else
 def _die_with_parent(parent_pid: int):
     """preexec_fn: the kernel sends the child SIGTERM when its parent dies, however the parent ends
     (SIGKILL included), so no server outlives the process that started it."""
+
     def arm() -> None:
         if _prctl is not None:
             _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent_pid:  # the parent died before the signal was armed
             os._exit(1)
+
     return arm
 
 
@@ -127,8 +130,9 @@ def spawn(command: list[str], env: dict[str, str] | None = None, **popen_args) -
     PR_SET_PDEATHSIG belongs to the thread that forks: call this from a thread that lives as long as the
     server (the main thread does).
     """
-    return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
-                            **popen_args)
+    return subprocess.Popen(
+        command, env=env, start_new_session=True, preexec_fn=_die_with_parent(os.getpid()), **popen_args
+    )
 
 
 def stop_process(process: subprocess.Popen, timeout_s: float, whole_group: bool = False) -> int:
@@ -182,9 +186,16 @@ def _path_with_this_python() -> str:
 class TritonServer:
     """A tritonserver process on a model repository; a context manager that always stops it."""
 
-    def __init__(self, model_repository: Path, work_dir: Path, ports: Ports = Ports(),
-                 log_file: Path | None = None, extra_args: tuple[str, ...] = (), binary: Path | None = None,
-                 address: str = LOOPBACK):
+    def __init__(
+        self,
+        model_repository: Path,
+        work_dir: Path,
+        ports: Ports = Ports(),
+        log_file: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+        binary: Path | None = None,
+        address: str = LOOPBACK,
+    ):
         self.model_repository = Path(model_repository).resolve()
         self.work_dir = Path(work_dir).resolve()
         self.ports = ports
@@ -215,13 +226,19 @@ class TritonServer:
         if self.binary:
             command = [str(self.binary)]
         else:
-            command = [str(_pytriton_dir() / "tritonserver" / "bin" / "tritonserver"),
-                       f"--backend-directory={_bundled_backend_dir(self.work_dir)}"]
-        return command + [
+            command = [
+                str(_pytriton_dir() / "tritonserver" / "bin" / "tritonserver"),
+                f"--backend-directory={_bundled_backend_dir(self.work_dir)}",
+            ]
+        return [
+            *command,
             f"--model-repository={self.model_repository}",
-            f"--http-address={self.address}", f"--http-port={self.ports.http}",
-            f"--grpc-address={self.address}", f"--grpc-port={self.ports.grpc}",
-            f"--metrics-address={self.address}", f"--metrics-port={self.ports.metrics}",
+            f"--http-address={self.address}",
+            f"--http-port={self.ports.http}",
+            f"--grpc-address={self.address}",
+            f"--grpc-port={self.ports.grpc}",
+            f"--metrics-address={self.address}",
+            f"--metrics-port={self.ports.metrics}",
             *self.extra_args,
         ]
 
@@ -234,7 +251,7 @@ class TritonServer:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [*libs, os.environ.get("LD_LIBRARY_PATH")]))
         return env
 
-    def start(self, ready_timeout_s: float = 300.0) -> "TritonServer":
+    def start(self, ready_timeout_s: float = 300.0) -> TritonServer:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
@@ -254,8 +271,11 @@ class TritonServer:
         except ServerStartError as exc:
             failures = self.load_failures()
             if failures:  # the reason, first line only: the Python traceback under it is in the log
-                raise TritonStartError(f"{exc}: a step failed to load:\n" + "\n".join(
-                    f"  {model}: {reason}" for model, reason in failures) + f"\n(full log: {self.log_file})") from None
+                raise TritonStartError(
+                    f"{exc}: a step failed to load:\n"
+                    + "\n".join(f"  {model}: {reason}" for model, reason in failures)
+                    + f"\n(full log: {self.log_file})"
+                ) from None
             raise TritonStartError(f"{exc}; tritonserver log tail:\n{self.log_tail()}") from None
 
     def load_failures(self) -> list[tuple[str, str]]:
@@ -282,7 +302,7 @@ class TritonServer:
             os.killpg(self.process.pid, signal.SIGKILL)
         return code
 
-    def __enter__(self) -> "TritonServer":
+    def __enter__(self) -> TritonServer:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

@@ -17,9 +17,19 @@ from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.validate import validate_repository
-from pipeline_src.serving.launcher import (LOOPBACK, Ports, PortInUseError, ServerStartError, TritonServer,
-                                           TritonStartError, check_ports_free, reachable_host, spawn, stop_process,
-                                           wait_for_http)
+from pipeline_src.serving.launcher import (
+    LOOPBACK,
+    PortInUseError,
+    Ports,
+    ServerStartError,
+    TritonServer,
+    TritonStartError,
+    check_ports_free,
+    reachable_host,
+    spawn,
+    stop_process,
+    wait_for_http,
+)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal was closed
 
@@ -30,19 +40,33 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--work-dir", type=Path, default=PROJECT_ROOT / ".triton",
-                        help="where the backend directory is assembled (default: %(default)s)")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=PROJECT_ROOT / ".triton",
+        help="where the backend directory is assembled (default: %(default)s)",
+    )
     parser.add_argument("--log-file", type=Path, default=PROJECT_ROOT / "logs" / "tritonserver.log")
     parser.add_argument("--tritonserver", type=Path, help="use this tritonserver binary instead of the wheel's")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     parser.add_argument("--no-api", action="store_true", help="start Triton only")
-    parser.add_argument("--skip-validation", action="store_true",
-                        help="start Triton without validating the model repository first (for experts)")
-    parser.add_argument("--host", default=os.environ.get("FOOD11_HOST", LOOPBACK),
-                        help="bind address of every server, Triton's HTTP, gRPC and metrics and the API's "
-                             "(default: %(default)s, this machine only; 0.0.0.0 serves the network; FOOD11_HOST)")
-    parser.add_argument("--api-port", type=int, default=int(os.environ.get("FOOD11_API_PORT", "8080")),
-                        help="API port (default: %(default)s; FOOD11_API_PORT)")
+    parser.add_argument(
+        "--skip-validation",
+        action="store_true",
+        help="start Triton without validating the model repository first (for experts)",
+    )
+    parser.add_argument(
+        "--host",
+        default=os.environ.get("FOOD11_HOST", LOOPBACK),
+        help="bind address of every server, Triton's HTTP, gRPC and metrics and the API's "
+        "(default: %(default)s, this machine only; 0.0.0.0 serves the network; FOOD11_HOST)",
+    )
+    parser.add_argument(
+        "--api-port",
+        type=int,
+        default=int(os.environ.get("FOOD11_API_PORT", "8080")),
+        help="API port (default: %(default)s; FOOD11_API_PORT)",
+    )
     parser.add_argument("extra", nargs="*", help="more tritonserver flags, after --")
     return parser.parse_args(argv)
 
@@ -68,8 +92,11 @@ def validate_or_exit(model_repository: Path) -> None:
     report = validate_repository(model_repository)
     print(report.text(), file=sys.stdout if report.ok else sys.stderr, flush=True)
     if not report.ok:
-        print("error: tritonserver not started: fix the model repository above (or pass --skip-validation)",
-              file=sys.stderr, flush=True)
+        print(
+            "error: tritonserver not started: fix the model repository above (or pass --skip-validation)",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(1)
 
 
@@ -119,15 +146,30 @@ def main(argv=None) -> None:
         if not args.skip_validation:
             validate_or_exit(args.model_repository)
         ports = Ports(args.http_port, args.grpc_port, args.metrics_port)
-        check_ports_free(args.host, {"Triton HTTP, --http-port": ports.http, "Triton gRPC, --grpc-port": ports.grpc,
-                                     "Triton metrics, --metrics-port": ports.metrics,
-                                     **({} if args.no_api else {"API, --api-port": args.api_port})})
-        server = TritonServer(args.model_repository, args.work_dir, ports, log_file=args.log_file,
-                              extra_args=tuple(args.extra), binary=args.tritonserver, address=args.host)
+        check_ports_free(
+            args.host,
+            {
+                "Triton HTTP, --http-port": ports.http,
+                "Triton gRPC, --grpc-port": ports.grpc,
+                "Triton metrics, --metrics-port": ports.metrics,
+                **({} if args.no_api else {"API, --api-port": args.api_port}),
+            },
+        )
+        server = TritonServer(
+            args.model_repository,
+            args.work_dir,
+            ports,
+            log_file=args.log_file,
+            extra_args=tuple(args.extra),
+            binary=args.tritonserver,
+            address=args.host,
+        )
         print(f"tritonserver starting on {args.model_repository} (log: {server.log_file})", flush=True)
         server.start(args.ready_timeout)
-        print(f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics {server.metrics_url}",
-              flush=True)
+        print(
+            f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics {server.metrics_url}",
+            flush=True,
+        )
         api = None if args.no_api else start_api(args, server)
         print("Ctrl-C stops everything.", flush=True)
         stopped = wait_while_running(server, api)

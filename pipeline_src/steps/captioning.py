@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -60,15 +60,24 @@ class DecoderState:
 class TextDecoder:
     """BLIP's text decoder as two ONNX Runtime sessions: cross-attention K/V once, then one step per token."""
 
-    def __init__(self, directory: Path, precision: str = "fp32", on_gpu: bool = False, device_id: int = 0,
-                 intra_op_threads: int = 0):
+    def __init__(
+        self,
+        directory: Path,
+        precision: str = "fp32",
+        on_gpu: bool = False,
+        device_id: int = 0,
+        intra_op_threads: int = 0,
+    ):
         self.shape = json.loads((directory / DECODER_SHAPE_FILE).read_text())
-        self.cross_names, self.past_names, self.present_names = (cache_names(kind, self.shape["layers"])
-                                                                 for kind in ("cross", "past", "present"))
-        self.cross_kv = onnx_session(precision_file(directory / CROSS_KV_FILE, precision), on_gpu, device_id,
-                                     intra_op_threads, cpu_arena=False)  # once per request
-        self.step = onnx_session(precision_file(directory / DECODER_STEP_FILE, precision), on_gpu, device_id,
-                                 intra_op_threads)
+        self.cross_names, self.past_names, self.present_names = (
+            cache_names(kind, self.shape["layers"]) for kind in ("cross", "past", "present")
+        )
+        self.cross_kv = onnx_session(
+            precision_file(directory / CROSS_KV_FILE, precision), on_gpu, device_id, intra_op_threads, cpu_arena=False
+        )  # once per request
+        self.step = onnx_session(
+            precision_file(directory / DECODER_STEP_FILE, precision), on_gpu, device_id, intra_op_threads
+        )
         # The caches stay on the session's device: on a GPU, copying them to the host and back at every token
         # (42 MB of cross-attention keys and values per image with BLIP base) would cost more than the step.
         on_cuda = self.step.get_providers()[0] == "CUDAExecutionProvider"
@@ -81,19 +90,24 @@ class TextDecoder:
         positions = np.zeros((rows, width), dtype=np.int64)
         mask = np.zeros((rows, width), dtype=np.int64)
         for row, ids in enumerate(prompt_ids):  # left padding: every row's last prompt token in the last column
-            input_ids[row, width - len(ids):] = ids
-            positions[row, width - len(ids):] = np.arange(len(ids))
-            mask[row, width - len(ids):] = 1
+            input_ids[row, width - len(ids) :] = ids
+            positions[row, width - len(ids) :] = np.arange(len(ids))
+            mask[row, width - len(ids) :] = 1
         binding = self.cross_kv.io_binding()
         binding.bind_cpu_input(IMAGE_EMBEDS, np.ascontiguousarray(image_embeds))
         for name in self.cross_names:
             binding.bind_output(name, *self.device)
         self.cross_kv.run_with_iobinding(binding)
         empty = ort.OrtValue.ortvalue_from_numpy(
-            np.zeros((rows, self.shape["heads"], 0, self.shape["head_size"]), np.float32), *self.device)
-        state = DecoderState(binding.get_outputs(), [empty] * len(self.past_names), mask[:, :0],
-                             np.array([len(ids) for ids in prompt_ids], dtype=np.int64),
-                             [list(ids) for ids in prompt_ids])
+            np.zeros((rows, self.shape["heads"], 0, self.shape["head_size"]), np.float32), *self.device
+        )
+        state = DecoderState(
+            binding.get_outputs(),
+            [empty] * len(self.past_names),
+            mask[:, :0],
+            np.array([len(ids) for ids in prompt_ids], dtype=np.int64),
+            [list(ids) for ids in prompt_ids],
+        )
         return self._run(state, input_ids, positions, mask), state
 
     def advance(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
@@ -102,14 +116,16 @@ class TextDecoder:
             seen.append(int(token))
         positions = state.next_position[:, None].copy()
         state.next_position += 1
-        return self._run(state, tokens.astype(np.int64)[:, None], positions,
-                         np.ones((len(tokens), 1), dtype=np.int64))
+        return self._run(state, tokens.astype(np.int64)[:, None], positions, np.ones((len(tokens), 1), dtype=np.int64))
 
     def _run(self, state: DecoderState, input_ids, positions, new_mask) -> np.ndarray:
         state.attention_mask = np.concatenate([state.attention_mask, new_mask], axis=1)
         binding = self.step.io_binding()
-        for name, array in (("input_ids", input_ids), ("position_ids", positions),
-                            ("attention_mask", state.attention_mask)):
+        for name, array in (
+            ("input_ids", input_ids),
+            ("position_ids", positions),
+            ("attention_mask", state.attention_mask),
+        ):
             binding.bind_cpu_input(name, np.ascontiguousarray(array))
         for name, value in zip([*self.past_names, *self.cross_names], [*state.cache, *state.cross]):
             binding.bind_ortvalue_input(name, value)
@@ -141,8 +157,14 @@ def penalise_repetition(logits: np.ndarray, seen: list[list[int]], penalty: floa
 class GreedyCaptioner:
     """Captions for a batch of image embeddings, each with its own prompt, as ``generate`` writes them."""
 
-    def __init__(self, decoder: TextDecoder, tokenizer: tokenizers.Tokenizer | None, max_new_tokens: int = 20,
-                 repetition_penalty: float = 1.0, choice: PrecisionChoice | None = None):
+    def __init__(
+        self,
+        decoder: TextDecoder,
+        tokenizer: tokenizers.Tokenizer | None,
+        max_new_tokens: int = 20,
+        repetition_penalty: float = 1.0,
+        choice: PrecisionChoice | None = None,
+    ):
         self.decoder = decoder
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -150,19 +172,34 @@ class GreedyCaptioner:
         self.choice = choice  # which precision and why
 
     @classmethod
-    def from_settings(cls, settings: CaptionerSettings, version_dir: Path, on_gpu: bool = False,
-                      device_id: int = 0) -> "GreedyCaptioner":
+    def from_settings(
+        cls, settings: CaptionerSettings, version_dir: Path, on_gpu: bool = False, device_id: int = 0
+    ) -> GreedyCaptioner:
         """The captioner step's captioner as its settings describe it, for its model.py and the in-process
         baseline alike."""
         graphs_dir = version_dir / settings.graphs_dir
         choice = settings.choose_precision(graphs_dir, on_gpu)
-        return cls.load(graphs_dir, choice.precision, on_gpu, device_id, settings.intra_op_threads,
-                        max_new_tokens=settings.max_new_tokens, repetition_penalty=settings.repetition_penalty,
-                        choice=choice)
+        return cls.load(
+            graphs_dir,
+            choice.precision,
+            on_gpu,
+            device_id,
+            settings.intra_op_threads,
+            max_new_tokens=settings.max_new_tokens,
+            repetition_penalty=settings.repetition_penalty,
+            choice=choice,
+        )
 
     @classmethod
-    def load(cls, graphs_dir: Path, precision: str = "fp32", on_gpu: bool = False, device_id: int = 0,
-             intra_op_threads: int = 0, **generation) -> "GreedyCaptioner":
+    def load(
+        cls,
+        graphs_dir: Path,
+        precision: str = "fp32",
+        on_gpu: bool = False,
+        device_id: int = 0,
+        intra_op_threads: int = 0,
+        **generation,
+    ) -> GreedyCaptioner:
         decoder = TextDecoder(graphs_dir, precision, on_gpu, device_id, intra_op_threads)
         return cls(decoder, tokenizers.Tokenizer.from_file(str(graphs_dir / TOKENIZER_FILE)), **generation)
 

@@ -84,13 +84,10 @@ def _to_rgb(image: Image.Image) -> Image.Image:
 def classifier_tensor(image: Image.Image, size: int = CLASSIFIER_SIZE) -> np.ndarray:
     """torchvision's Resize(size) + CenterCrop(size) + ImageNet Normalize, as float32 CHW."""
     width, height = image.size
-    if width <= height:
-        new_size = (size, int(size * height / width))
-    else:
-        new_size = (int(size * width / height), size)
+    new_size = (size, int(size * height / width)) if width <= height else (int(size * width / height), size)
     resized = image.resize(new_size, Image.Resampling.BILINEAR)
-    left = int(round((new_size[0] - size) / 2.0))
-    top = int(round((new_size[1] - size) / 2.0))
+    left = round((new_size[0] - size) / 2.0)
+    top = round((new_size[1] - size) / 2.0)
     cropped = resized.crop((left, top, left + size, top + size))
     return _normalise_chw(cropped, IMAGENET_MEAN, IMAGENET_STD)
 

@@ -19,16 +19,18 @@ def execution_providers(on_gpu: bool, device_id: int = 0) -> list:
     if not on_gpu:
         return ["CPUExecutionProvider"]
     if "CUDAExecutionProvider" not in ort.get_available_providers():
-        log.warning("GPU instance, but this onnxruntime has no CUDA provider: running on the CPU "
-                    "(install onnxruntime-gpu)")
+        log.warning(
+            "GPU instance, but this onnxruntime has no CUDA provider: running on the CPU (install onnxruntime-gpu)"
+        )
         return ["CPUExecutionProvider"]
     # TF32 off: fp32 stays fp32. Measured on an H100 with the base BLIP graphs: with ONNX Runtime's default
     # (TF32 on) the captioner's logits moved by 8e-4 (relative) from Hugging Face fp32; off, by 1.3e-6.
     return [("CUDAExecutionProvider", {"device_id": device_id, "use_tf32": 0}), "CPUExecutionProvider"]
 
 
-def onnx_session(path: str | Path, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0,
-                 cpu_arena: bool = True) -> ort.InferenceSession:
+def onnx_session(
+    path: str | Path, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0, cpu_arena: bool = True
+) -> ort.InferenceSession:
     """``cpu_arena``: keep ONNX Runtime's CPU memory arena, which never shrinks: it pays for a graph run
     many times per request (the decoder step: without it the base decoder's 20 tokens took 0.68 s instead
     of 0.38, an allocation per op per token) and costs a graph run once per request its largest batch's
@@ -46,21 +48,33 @@ class OnnxModel:
     """A one-input, one-output ONNX model (the classifier, the vision encoder): one session run for a
     whole stacked batch of requests (so without a CPU arena)."""
 
-    def __init__(self, onnx_path: str | Path, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0,
-                 choice: PrecisionChoice | None = None):
+    def __init__(
+        self,
+        onnx_path: str | Path,
+        on_gpu: bool = False,
+        device_id: int = 0,
+        intra_op_threads: int = 0,
+        choice: PrecisionChoice | None = None,
+    ):
         self.session = onnx_session(onnx_path, on_gpu, device_id, intra_op_threads, cpu_arena=False)
         (self.input,) = self.session.get_inputs()
         self.output = self.session.get_outputs()[0]
         self.choice = choice  # which precision and why, where the step has a choice
 
     @classmethod
-    def from_settings(cls, settings: OnnxStepSettings, version_dir: Path, on_gpu: bool = False,
-                      device_id: int = 0) -> "OnnxModel":
+    def from_settings(
+        cls, settings: OnnxStepSettings, version_dir: Path, on_gpu: bool = False, device_id: int = 0
+    ) -> OnnxModel:
         """The step's model as its settings describe it, for its model.py and the in-process baseline alike."""
         path = version_dir / settings.onnx_file
         choice = settings.choose_precision(path.parent, on_gpu) if isinstance(settings, PrecisionSettings) else None
-        return cls(precision_file(path, choice.precision if choice else "fp32"), on_gpu, device_id,
-                   settings.intra_op_threads, choice)
+        return cls(
+            precision_file(path, choice.precision if choice else "fp32"),
+            on_gpu,
+            device_id,
+            settings.intra_op_threads,
+            choice,
+        )
 
     @property
     def providers(self) -> list[str]:

@@ -25,5 +25,6 @@ class OnnxStep:
         self.step.logger.log_info(f"{self.step.name}: ONNX Runtime providers {self.model.providers}")
 
     def execute(self, requests):
-        return answer_stacked(self.step, requests, [self.input_name],
-                              lambda batch: {self.output_name: self.model(batch[self.input_name])})
+        return answer_stacked(
+            self.step, requests, [self.input_name], lambda batch: {self.output_name: self.model(batch[self.input_name])}
+        )

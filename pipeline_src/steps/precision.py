@@ -40,7 +40,13 @@ def choose_precision(requested: str, directory: Path, min_agreement: float, on_g
         return PrecisionChoice("fp32", f"auto: no int8 fidelity measured in {directory / FIDELITY_FILE}, so exact fp32")
     agreement = measured["teacher_forced_top1"]
     if agreement >= min_agreement:
-        return PrecisionChoice("int8", f"auto: int8 agrees with fp32 on {agreement:.1%} of teacher-forced tokens "
-                                       f">= auto_min_agreement {min_agreement:.1%}")
-    return PrecisionChoice("fp32", f"auto: int8 agrees with fp32 on only {agreement:.1%} of teacher-forced tokens "
-                                   f"< auto_min_agreement {min_agreement:.1%}, so exact fp32")
+        return PrecisionChoice(
+            "int8",
+            f"auto: int8 agrees with fp32 on {agreement:.1%} of teacher-forced tokens "
+            f">= auto_min_agreement {min_agreement:.1%}",
+        )
+    return PrecisionChoice(
+        "fp32",
+        f"auto: int8 agrees with fp32 on only {agreement:.1%} of teacher-forced tokens "
+        f"< auto_min_agreement {min_agreement:.1%}, so exact fp32",
+    )

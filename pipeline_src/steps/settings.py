@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Mapping, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pipeline_src.steps.bls import BlsCall, BlsTensor
 
@@ -210,8 +211,10 @@ class CaptionerSettings(PrecisionSettings):
     # (which the other steps use): this step's input width is the built model's, unknown to its config.
     warm_up: bool = True
 
-    DIRECTORY_FIELDS = {"model_dir": ("config.json",),
-                        "graphs_dir": ("cross_kv.onnx", "decoder_step.onnx", "decoder.json", "tokenizer.json")}
+    DIRECTORY_FIELDS: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "model_dir": ("config.json",),
+        "graphs_dir": ("cross_kv.onnx", "decoder_step.onnx", "decoder.json", "tokenizer.json"),
+    }
 
     def validate(self) -> None:
         super().validate()

@@ -7,8 +7,8 @@ and probability are the pipeline's LABEL and PROBABILITY: ties go to the lower c
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -30,8 +30,11 @@ class TopLabelsSettings(StepSettings):
 
 def check_output_dims(k: int, output_dims: Mapping[str, Sequence[int]]) -> None:
     """Refuse a config whose outputs declare another row size than k: Triton would refuse every answer."""
-    wrong = {name: list(output_dims.get(name, ())) for name in OUTPUTS
-             if [int(dim) for dim in output_dims.get(name, ())] not in ([k], [-1])}
+    wrong = {
+        name: list(output_dims.get(name, ()))
+        for name in OUTPUTS
+        if [int(dim) for dim in output_dims.get(name, ())] not in ([k], [-1])
+    }
     if wrong:
         raise SettingsError(f"parameter k={k}, but the outputs declare dims {wrong}: make them [ {k} ] (or [ -1 ])")
 

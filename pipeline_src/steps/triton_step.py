@@ -6,8 +6,9 @@ Imported only inside Triton (``triton_python_backend_utils`` exists only there).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -61,9 +62,13 @@ def split_rows(batch, sizes: list[int]) -> list:
     return np.split(batch, np.cumsum(sizes)[:-1])
 
 
-def answer_stacked(step: StepContext, requests: list, inputs: Sequence[str],
-                   compute: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
-                   checks: Mapping[str, Callable[[np.ndarray], str | None]] | None = None) -> list:
+def answer_stacked(
+    step: StepContext,
+    requests: list,
+    inputs: Sequence[str],
+    compute: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+    checks: Mapping[str, Callable[[np.ndarray], str | None]] | None = None,
+) -> list:
     """The responses, in order, of a step that computes on the stacked rows of all its requests.
 
     Triton hands over the requests, never concatenated. Each is checked on its own (``checks``: per input,
@@ -76,8 +81,9 @@ def answer_stacked(step: StepContext, requests: list, inputs: Sequence[str],
     served, arrays = [], []
     for index, request in enumerate(requests):
         values = {name: input_array(request, name) for name in inputs}
-        problem = next((f"{name}: {problem}" for name, check in (checks or {}).items()
-                        if (problem := check(values[name]))), None)
+        problem = next(
+            (f"{name}: {problem}" for name, check in (checks or {}).items() if (problem := check(values[name]))), None
+        )
         if problem:
             responses[index] = step.error(problem)
         else:
@@ -88,9 +94,12 @@ def answer_stacked(step: StepContext, requests: list, inputs: Sequence[str],
     sizes = [len(values[inputs[0]]) for values in arrays]
     try:
         outputs = compute({name: stack_requests([values[name] for values in arrays])[0] for name in inputs})
-        answers = [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, rows)
-                                                              for name, rows in zip(outputs, parts)])
-                   for parts in zip(*(split_rows(array, sizes) for array in outputs.values()))]
+        answers = [
+            pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor(name, rows) for name, rows in zip(outputs, parts)]
+            )
+            for parts in zip(*(split_rows(array, sizes) for array in outputs.values()))
+        ]
     except Exception as exc:  # the batched run failed: INTERNAL, reported per request
         answers = step.internal_errors([requests[index] for index in served], exc)
     for index, answer in zip(served, answers):

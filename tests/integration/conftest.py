@@ -20,10 +20,17 @@ def triton(model_repository, tmp_path_factory) -> TritonServer:
     """One real tritonserver for the session. Explicit model control lets tests unload the captioner
     (a real fault) and reload a step with another config."""
     work_dir = tmp_path_factory.mktemp("triton")
-    server = TritonServer(model_repository, work_dir, free_ports(),
-                          extra_args=("--model-control-mode=explicit", "--load-model=*",
-                                      # Tracing stays OFF until a test turns it on (tests/integration/test_tracing.py).
-                                      f"--trace-config=triton,file={work_dir / 'trace.json'}"))
+    server = TritonServer(
+        model_repository,
+        work_dir,
+        free_ports(),
+        extra_args=(
+            "--model-control-mode=explicit",
+            "--load-model=*",
+            # Tracing stays OFF until a test turns it on (tests/integration/test_tracing.py).
+            f"--trace-config=triton,file={work_dir / 'trace.json'}",
+        ),
+    )
     with server:
         yield server
     print(f"tritonserver log: {server.log_file}")
@@ -58,7 +65,7 @@ class UvicornThread:
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> "UvicornThread":
+    def __enter__(self) -> UvicornThread:
         self.thread.start()
         while not self.server.started:
             if not self.thread.is_alive():
@@ -110,8 +117,9 @@ def real_repository(model_repository, tmp_path_factory):
     torch.save(course_mobilenet_v2().state_dict(), checkpoint)
     snapshot = shutil.copytree(model_repository / "captioner" / "1" / "blip", work / "blip-snapshot")
     (snapshot / STANDIN_MARKER).unlink()  # what makes it a stand-in
-    return build_repository_copy(work / "model_repository",
-                                 models=["--classifier-checkpoint", str(checkpoint), "--blip", str(snapshot)])
+    return build_repository_copy(
+        work / "model_repository", models=["--classifier-checkpoint", str(checkpoint), "--blip", str(snapshot)]
+    )
 
 
 @pytest.fixture(scope="session")
@@ -119,6 +127,8 @@ def real_api(real_repository, tmp_path_factory):
     from food11_api.app import create_app
     from food11_api.settings import ApiSettings
 
-    with TritonServer(real_repository, tmp_path_factory.mktemp("real-triton"), free_ports()) as server:
-        with UvicornThread(create_app(ApiSettings(triton_url=server.grpc_url))) as api:
-            yield api
+    with (
+        TritonServer(real_repository, tmp_path_factory.mktemp("real-triton"), free_ports()) as server,
+        UvicornThread(create_app(ApiSettings(triton_url=server.grpc_url))) as api,
+    ):
+        yield api

@@ -6,9 +6,9 @@ from dataclasses import asdict
 
 import httpx
 import pytest
+from helpers import post_photo
 
 from food11_api.app import get_client
-from helpers import post_photo
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 pytestmark = pytest.mark.integration
@@ -34,13 +34,19 @@ def test_caller_request_id_is_echoed(api, photos):
 
 
 def test_predict_takes_the_courses_base64_json(api, photos, client):
-    response = httpx.post(f"{api.url}/predict", json={"image": base64.b64encode(photos["orange.jpg"]).decode()},
-                          timeout=120)
+    response = httpx.post(
+        f"{api.url}/predict", json={"image": base64.b64encode(photos["orange.jpg"]).decode()}, timeout=120
+    )
     assert response.status_code == 200
     (direct,) = client.caption([photos["orange.jpg"]])
-    assert response.json() == {"prediction": direct.label, "probability": pytest.approx(direct.probability),
-                               "caption": direct.caption, "caption_status": direct.caption_status,
-                               "warnings": direct.warnings, "models": [asdict(model) for model in direct.models]}
+    assert response.json() == {
+        "prediction": direct.label,
+        "probability": pytest.approx(direct.probability),
+        "caption": direct.caption,
+        "caption_status": direct.caption_status,
+        "warnings": direct.warnings,
+        "models": [asdict(model) for model in direct.models],
+    }
 
 
 def test_health_and_readiness(api):
@@ -50,7 +56,9 @@ def test_health_and_readiness(api):
 
 def test_ensemble_not_loaded_then_triton_stopped_are_503(api_factory, model_repository, tmp_path, photos):
     """A second, real tritonserver with no model loaded; then stopped, as when Triton goes down."""
-    empty = TritonServer(model_repository, tmp_path / "triton", free_ports(), extra_args=("--model-control-mode=explicit",))
+    empty = TritonServer(
+        model_repository, tmp_path / "triton", free_ports(), extra_args=("--model-control-mode=explicit",)
+    )
     with empty:
         api = api_factory(triton_url=empty.grpc_url, deadline_s=60)
         response = post_photo(api.url, photos["apple.jpg"])
@@ -91,8 +99,10 @@ def test_openapi_documents_the_upload_the_examples_and_the_errors(api):
     caption = spec["paths"]["/caption"]["post"]
     assert "multipart/form-data" in caption["requestBody"]["content"]
     assert {"200", "400", "413", "422", "500", "503", "504"} <= set(caption["responses"])
-    examples = {code: caption["responses"][code]["content"]["application/json"]["example"]["detail"]
-                for code in ("400", "413", "503", "504")}
+    examples = {
+        code: caption["responses"][code]["content"]["application/json"]["example"]["detail"]
+        for code in ("400", "413", "503", "504")
+    }
     assert "preprocess" in examples["400"] and "upload limit" in examples["413"]
     assert len(set(examples.values())) == 4  # each error documented with its own example
     schemas = spec["components"]["schemas"]

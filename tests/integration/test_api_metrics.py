@@ -2,17 +2,19 @@
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from helpers import APPLE
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.integration
 
 
 def samples(api_url) -> dict[tuple, float]:
     text = httpx.get(f"{api_url}/metrics", timeout=30).text
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def value(found, name, **labels) -> float:
@@ -24,8 +26,11 @@ def test_requests_status_codes_and_latency_are_counted_per_route(api_factory):
     with httpx.Client(timeout=120) as http:
         for data in (APPLE, APPLE, b"not a photo"):
             http.post(f"{api.url}/caption", files={"photo": ("p.jpg", data, "image/jpeg")})
-        too_large = http.post(f"{api.url}/caption", content=b"\0" * (2 * 1024 * 1024),
-                              headers={"content-type": "multipart/form-data; boundary=x"})
+        too_large = http.post(
+            f"{api.url}/caption",
+            content=b"\0" * (2 * 1024 * 1024),
+            headers={"content-type": "multipart/form-data; boundary=x"},
+        )
         assert too_large.status_code == 413
         http.get(f"{api.url}/healthz")
     found = samples(api.url)

@@ -17,8 +17,9 @@ def test_every_operation_keeps_its_schema_and_never_answers_500(api_factory):
     for operation in operations:
         # Bounded and reproducible: derandomized, 25 cases per operation (a POST is a real pipeline call).
         @given(case=operation.as_strategy())
-        @settings(max_examples=25, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+        )
         def keeps_its_schema(case):
             # Not "any schema-valid body is accepted": the schema can say "bytes", not "a decodable photo",
             # so random bytes get the documented 400 with the pipeline's reason.

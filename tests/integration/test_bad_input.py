@@ -10,11 +10,11 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from helpers import APPLE, encode, gradient, png_header_only, post_photo
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
 from food11_client import InvalidImageError
-from helpers import APPLE, encode, gradient, png_header_only, post_photo
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
 pytestmark = pytest.mark.integration
@@ -40,15 +40,21 @@ REFUSED = {
     "text renamed .jpg": (b"Dear diary, today I ate an apple.\n", "cannot decode: not a JPEG, PNG, WebP, BMP or GIF"),
     # 400 megapixels announced by a 100-byte file: refused from the header, never decoded.
     "20000x20000 PNG": (png_header_only(20000, 20000), "decompression bomb"),
-    "SVG": (b'<svg xmlns="http://www.w3.org/2000/svg" width="9" height="9"><rect width="9" height="9"/></svg>',
-            "cannot decode: not a JPEG, PNG, WebP, BMP or GIF"),
+    "SVG": (
+        b'<svg xmlns="http://www.w3.org/2000/svg" width="9" height="9"><rect width="9" height="9"/></svg>',
+        "cannot decode: not a JPEG, PNG, WebP, BMP or GIF",
+    ),
     "TIFF": (encode(gradient(), "TIFF"), "cannot decode: not a JPEG, PNG, WebP, BMP or GIF"),
     # Pillow 12.0.0's EPS parser loops forever on this header: no parser but the accepted ones may run.
-    "looping EPS": (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n%%EndComments\n%filler\n"
-                    b"%%BeginBinary: -19\n%%EOF\n", "cannot decode: not a JPEG, PNG, WebP, BMP or GIF"),
+    "looping EPS": (
+        b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n%%EndComments\n%filler\n%%BeginBinary: -19\n%%EOF\n",
+        "cannot decode: not a JPEG, PNG, WebP, BMP or GIF",
+    ),
     # Pillow reads no HEIC here (no plugin): an ISO-BMFF 'ftyp heic' header, as an iPhone writes.
-    "HEIC": (b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + bytes(200),
-             "cannot decode: not a JPEG, PNG, WebP, BMP or GIF"),
+    "HEIC": (
+        b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + bytes(200),
+        "cannot decode: not a JPEG, PNG, WebP, BMP or GIF",
+    ),
 }
 
 # Accepted: odd but valid photos a phone, an editor or a scanner produces. Each becomes RGB (alpha onto
@@ -133,17 +139,31 @@ def image_batch(count: int) -> np.ndarray:
     return np.array([[APPLE]] * count, dtype=np.object_)
 
 
-@pytest.mark.parametrize("model, name, array, dtype, reason", [
-    ("food11_pipeline", "IMAGE", np.zeros((1, 1), dtype=np.float32), "FP32",
-     "inference input 'IMAGE' data-type is 'FP32', but model 'food11_pipeline' expects 'BYTES'"),
-    ("food11_pipeline", "IMAGE", np.array([[APPLE, APPLE]], dtype=np.object_), "BYTES",
-     "unexpected shape for input 'IMAGE' for model 'food11_pipeline'. Expected \\[-1,1\\], got \\[1,2\\]"),
-    ("food11_pipeline", "IMAGE", image_batch(33), "BYTES", "batch-size must be <= 32"),
-    ("food11_pipeline", "PHOTO", image_batch(1), "BYTES", "unexpected inference input 'PHOTO'"),
-    ("food11_pipelin", "IMAGE", image_batch(1), "BYTES", "food11_pipelin"),
-])
-def test_malformed_grpc_request_is_refused_by_triton_and_the_next_is_served(triton_grpc, client, model, name, array,
-                                                                           dtype, reason):
+@pytest.mark.parametrize(
+    "model, name, array, dtype, reason",
+    [
+        (
+            "food11_pipeline",
+            "IMAGE",
+            np.zeros((1, 1), dtype=np.float32),
+            "FP32",
+            "inference input 'IMAGE' data-type is 'FP32', but model 'food11_pipeline' expects 'BYTES'",
+        ),
+        (
+            "food11_pipeline",
+            "IMAGE",
+            np.array([[APPLE, APPLE]], dtype=np.object_),
+            "BYTES",
+            "unexpected shape for input 'IMAGE' for model 'food11_pipeline'. Expected \\[-1,1\\], got \\[1,2\\]",
+        ),
+        ("food11_pipeline", "IMAGE", image_batch(33), "BYTES", "batch-size must be <= 32"),
+        ("food11_pipeline", "PHOTO", image_batch(1), "BYTES", "unexpected inference input 'PHOTO'"),
+        ("food11_pipelin", "IMAGE", image_batch(1), "BYTES", "food11_pipelin"),
+    ],
+)
+def test_malformed_grpc_request_is_refused_by_triton_and_the_next_is_served(
+    triton_grpc, client, model, name, array, dtype, reason
+):
     with pytest.raises(InferenceServerException, match=reason) as caught:
         infer_raw(triton_grpc, model, name, array, dtype)
     expected = "StatusCode.NOT_FOUND" if model != "food11_pipeline" else "StatusCode.INVALID_ARGUMENT"
@@ -152,21 +172,27 @@ def test_malformed_grpc_request_is_refused_by_triton_and_the_next_is_served(trit
     assert result.label == "Vegetable/Fruit"
 
 
-@pytest.mark.parametrize("request_kwargs", [
-    {"json": {"image": "%%% not base64 %%%"}},
-    {"json": {"picture": "aGVsbG8="}},
-    {"content": b"{not json", "headers": {"content-type": "application/json"}},
-    {"content": base64.b64encode(APPLE), "headers": {"content-type": "text/plain"}},  # wrong content type
-])
+@pytest.mark.parametrize(
+    "request_kwargs",
+    [
+        {"json": {"image": "%%% not base64 %%%"}},
+        {"json": {"picture": "aGVsbG8="}},
+        {"content": b"{not json", "headers": {"content-type": "application/json"}},
+        {"content": base64.b64encode(APPLE), "headers": {"content-type": "text/plain"}},  # wrong content type
+    ],
+)
 def test_malformed_predict_body_is_422(api, request_kwargs):
     response = httpx.post(f"{api.url}/predict", timeout=30, **request_kwargs)
     assert response.status_code == 422
 
 
-@pytest.mark.parametrize("request_kwargs", [
-    {"data": {"other": "x"}},  # a form without the photo field
-    {"content": APPLE, "headers": {"content-type": "image/jpeg"}},  # the photo as the raw body: wrong content type
-])
+@pytest.mark.parametrize(
+    "request_kwargs",
+    [
+        {"data": {"other": "x"}},  # a form without the photo field
+        {"content": APPLE, "headers": {"content-type": "image/jpeg"}},  # the photo as the raw body: wrong content type
+    ],
+)
 def test_caption_without_a_photo_field_is_422(api, request_kwargs):
     response = httpx.post(f"{api.url}/caption", timeout=30, **request_kwargs)
     assert response.status_code == 422
@@ -176,8 +202,10 @@ def test_caption_without_a_photo_field_is_422(api, request_kwargs):
 def test_body_over_the_limit_is_413_before_it_is_sent(api):
     """Headers announce 100 MB; the API answers 413 without waiting for (or reading) the body."""
     with socket.create_connection(("127.0.0.1", api.port), timeout=30) as connection:
-        connection.sendall(b"POST /caption HTTP/1.1\r\nHost: test\r\nContent-Type: multipart/form-data; boundary=x\r\n"
-                           b"Content-Length: 100000000\r\n\r\n--x\r\n")
+        connection.sendall(
+            b"POST /caption HTTP/1.1\r\nHost: test\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+            b"Content-Length: 100000000\r\n\r\n--x\r\n"
+        )
         reply = connection.recv(65536).decode("latin-1")
     assert reply.startswith("HTTP/1.1 413")
     assert "upload limit" in reply
@@ -189,7 +217,8 @@ def test_chunked_body_over_the_limit_is_413(api):
         for _ in range(40):
             yield b"\0" * 100_000  # 4 MB against a 2 MB limit, no Content-Length
 
-    response = httpx.post(f"{api.url}/caption", content=chunks(), timeout=30,
-                          headers={"content-type": "multipart/form-data; boundary=x"})
+    response = httpx.post(
+        f"{api.url}/caption", content=chunks(), timeout=30, headers={"content-type": "multipart/form-data; boundary=x"}
+    )
     assert response.status_code == 413
     assert post_photo(api.url, APPLE).status_code == 200

@@ -4,16 +4,17 @@ import os
 import shutil
 
 import pytest
-
 from helpers import PHOTOS_DIR
+
 from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING
 
 pytestmark = pytest.mark.integration
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if not (CHROMIUM and CHROMEDRIVER) and not os.environ.get("CI"):
-    pytest.skip("needs Debian's chromium and chromium-driver (make test installs them as root)",
-                allow_module_level=True)
+    pytest.skip(
+        "needs Debian's chromium and chromium-driver (make test installs them as root)", allow_module_level=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +24,19 @@ def browser(tmp_path_factory):
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}", "--window-size=1000,900"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+        "--window-size=1000,900",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     yield driver
@@ -40,9 +51,12 @@ def caption_on_page(browser, url, photo):
     browser.find_element(By.ID, "photo").send_keys(str(photo))
     browser.find_element(By.ID, "submit").click()
     WebDriverWait(browser, 120).until(
-        lambda driver: driver.find_elements(By.ID, "result-label") or driver.find_elements(By.ID, "result-error"))
-    return {element.get_attribute("id"): element.text
-            for element in browser.find_elements(By.CSS_SELECTOR, "#result [id^=result-]")}
+        lambda driver: driver.find_elements(By.ID, "result-label") or driver.find_elements(By.ID, "result-error")
+    )
+    return {
+        element.get_attribute("id"): element.text
+        for element in browser.find_elements(By.CSS_SELECTOR, "#result [id^=result-]")
+    }
 
 
 def test_a_person_captions_a_photo_from_the_page(browser, api, tmp_path):
@@ -82,10 +96,12 @@ def test_a_person_captions_a_photo_from_swagger(browser, api):
     browser.find_element(By.CSS_SELECTOR, f"{operation} .opblock-summary").click()
     wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, f"{operation} .try-out__btn")).pop().click()
     wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, f"{operation} input[type=file]")).pop().send_keys(
-        str(PHOTOS_DIR / "orange.jpg"))
+        str(PHOTOS_DIR / "orange.jpg")
+    )
     browser.find_element(By.CSS_SELECTOR, f"{operation} .execute").click()
-    status = wait.until(lambda driver: driver.find_elements(By.CSS_SELECTOR, f"{operation} .live-responses-table "
-                                                                              ".response-col_status")).pop()
+    status = wait.until(
+        lambda driver: driver.find_elements(By.CSS_SELECTOR, f"{operation} .live-responses-table .response-col_status")
+    ).pop()
     body = browser.find_element(By.CSS_SELECTOR, f"{operation} .live-responses-table .microlight").text
     assert status.text.strip() == "200"
     assert '"label": "Vegetable/Fruit"' in body

@@ -4,15 +4,17 @@ food11_client/cancellation.py): every caller gets its deadline error and the ser
 import asyncio
 
 import pytest
+from helpers import APPLE
 
 from food11_client import AsyncFood11Client, DeadlineExceededError, Food11Client
 from food11_client.cancellation import cancels_safely
-from helpers import APPLE
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 
-@pytest.mark.parametrize("version, safe", [("2.51.0", False), ("2.52.0", False), ("2.53.0", True),
-                                           ("2.60.0", True), ("3.0.1", True), ("custom", False)])
+@pytest.mark.parametrize(
+    "version, safe",
+    [("2.51.0", False), ("2.52.0", False), ("2.53.0", True), ("2.60.0", True), ("3.0.1", True), ("custom", False)],
+)
 def test_only_servers_with_the_fix_are_cancelled(version, safe):
     assert cancels_safely(version) is safe
 

@@ -7,13 +7,13 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 import urllib.request
 from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
 import pytest
+import tomllib
 from ruamel.yaml import YAML
 
 from pipeline_src import PROJECT_ROOT
@@ -36,6 +36,7 @@ def interface(config) -> tuple:
 
 
 # The ONNX steps on Triton's native onnxruntime backend -------------------------------------------------
+
 
 @pytest.mark.parametrize("model", NATIVE_MODELS)
 def test_there_is_a_native_variant_and_one_with_tensorrt(model):
@@ -64,14 +65,23 @@ def test_the_validator_accepts_the_repository_with_each_variant(model_repository
 def test_tritonserver_reads_the_switch(model_repository, tmp_path):
     """--model-config-name=onnxruntime makes Triton load configs/onnxruntime.pbtxt: the pip server has no
     onnxruntime backend, so the classifier then fails to load, naming that backend."""
-    server = TritonServer(model_repository, tmp_path, free_ports(),
-                          extra_args=("--model-config-name=onnxruntime", "--model-control-mode=explicit",
-                                      "--load-model=classifier", "--exit-on-error=true"))
+    server = TritonServer(
+        model_repository,
+        tmp_path,
+        free_ports(),
+        extra_args=(
+            "--model-config-name=onnxruntime",
+            "--model-control-mode=explicit",
+            "--load-model=classifier",
+            "--exit-on-error=true",
+        ),
+    )
     with pytest.raises(TritonStartError, match=r"classifier: .*onnxruntime"):
         server.start(ready_timeout_s=120)
 
 
 # Dockerfiles -----------------------------------------------------------------------------------------
+
 
 def project_pins() -> dict[str, str]:
     project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
@@ -94,10 +104,18 @@ def test_the_images_pins_equal_the_projects(dockerfile):
 
 @pytest.mark.parametrize("dockerfile", ["Dockerfile.triton", "Dockerfile.api"])
 def test_every_path_a_dockerfile_copies_exists_and_is_not_docker_ignored(dockerfile):
-    ignored = {line.strip() for line in (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
-    sources = [source for line in (PROJECT_ROOT / dockerfile).read_text().splitlines() if line.startswith("COPY ")
-               for source in shlex.split(line)[1:-1] if not source.startswith("--")]
+    ignored = {
+        line.strip()
+        for line in (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    sources = [
+        source
+        for line in (PROJECT_ROOT / dockerfile).read_text().splitlines()
+        if line.startswith("COPY ")
+        for source in shlex.split(line)[1:-1]
+        if not source.startswith("--")
+    ]
     assert sources
     for source in sources:
         assert (PROJECT_ROOT / source).exists(), f"{dockerfile} copies {source}, which does not exist"
@@ -115,10 +133,29 @@ def pypi_reachable() -> bool:
 def dry_run_install(python_version: str, requirements: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     """Would pip find a wheel of each requirement for this Python on manylinux x86-64? Metadata only."""
     return subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--only-binary=:all:",
-         "--python-version", python_version, "--platform", "manylinux_2_28_x86_64", "--platform",
-         "manylinux_2_17_x86_64", "--target", str(tmp_path / "target"), *requirements],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            python_version,
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--target",
+            str(tmp_path / "target"),
+            *requirements,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.skipif(not pypi_reachable(), reason="PyPI is not reachable from this machine")
@@ -133,6 +170,7 @@ def test_the_triton_images_pins_have_wheels_for_its_python_and_not_for_24_10s(tm
 
 
 # compose ---------------------------------------------------------------------------------------------
+
 
 def load_compose(name: str) -> dict:
     yaml = YAML(typ="safe")
@@ -195,10 +233,16 @@ def test_the_cpu_variant_is_the_same_stack_without_the_gpu():
 
 # Kubernetes ------------------------------------------------------------------------------------------
 
+
 def manifests() -> list[tuple[Path, dict]]:
     yaml = YAML(typ="safe")
-    return [(path, document) for path in sorted(K8S.glob("*.yaml")) if path.name != "kustomization.yaml"
-            for document in yaml.load_all(path.read_text()) if document]
+    return [
+        (path, document)
+        for path in sorted(K8S.glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for document in yaml.load_all(path.read_text())
+        if document
+    ]
 
 
 def by_kind(kind: str) -> dict[str, dict]:
@@ -206,7 +250,9 @@ def by_kind(kind: str) -> dict[str, dict]:
 
 
 # kustomization.yaml is kustomize's own kind, not in the Kubernetes schemas: checked further down.
-@pytest.mark.parametrize("path", sorted(set(K8S.glob("*.yaml")) - {K8S / "kustomization.yaml"}), ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "path", sorted(set(K8S.glob("*.yaml")) - {K8S / "kustomization.yaml"}), ids=lambda path: path.name
+)
 def test_every_manifest_validates_against_the_kubernetes_schemas(path):
     for document in YAML(typ="safe").load_all(path.read_text()):
         kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
@@ -214,8 +260,9 @@ def test_every_manifest_validates_against_the_kubernetes_schemas(path):
 
 def test_the_strict_schema_check_catches_a_misspelt_field():
     deployment = json.loads(json.dumps(by_kind("Deployment")["food11-triton"]))
-    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = \
-        deployment["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = deployment["spec"]["template"]["spec"][
+        "containers"
+    ][0].pop("readinessProbe")
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
 
@@ -229,9 +276,14 @@ def test_the_kustomization_lists_exactly_the_manifests():
 def test_services_select_their_pods_and_name_ports_the_pods_have():
     deployments = by_kind("Deployment")
     for service in by_kind("Service").values():
-        (target,) = [d for d in deployments.values()
-                     if service["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
-        container_ports = {port["name"] for c in target["spec"]["template"]["spec"]["containers"] for port in c["ports"]}
+        (target,) = [
+            d
+            for d in deployments.values()
+            if service["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        container_ports = {
+            port["name"] for c in target["spec"]["template"]["spec"]["containers"] for port in c["ports"]
+        }
         assert {port["targetPort"] for port in service["spec"]["ports"]} <= container_ports
 
 
@@ -240,7 +292,10 @@ def test_the_api_balances_per_request_over_the_headless_triton_service():
     assert grpc["spec"]["clusterIP"] == "None"
     (api,) = by_kind("Deployment")["food11-api"]["spec"]["template"]["spec"]["containers"]
     env = {item["name"]: item["value"] for item in api["env"]}
-    assert env["FOOD11_API_TRITON_URL"] == f"dns:///food11-triton-grpc.food11.svc.cluster.local:{grpc['spec']['ports'][0]['port']}"
+    assert (
+        env["FOOD11_API_TRITON_URL"]
+        == f"dns:///food11-triton-grpc.food11.svc.cluster.local:{grpc['spec']['ports'][0]['port']}"
+    )
     assert env["FOOD11_API_GRPC_LB_POLICY"] == "round_robin"
     assert api["image"] == "food11-api"
 

@@ -16,11 +16,11 @@ import httpx
 import psutil
 import pytest
 import tritonclient.grpc as grpcclient
+from helpers import APPLE, post_photo
 from prometheus_client.parser import text_string_to_metric_families
 
 from food11_client import Food11Client
 from food11_client.cancellation import cancels_safely
-from helpers import APPLE, post_photo
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
@@ -34,8 +34,9 @@ def own_triton(model_repository, tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("faults")
 
     def start() -> TritonServer:
-        return TritonServer(model_repository, work_dir, ports,
-                            extra_args=("--model-control-mode=explicit", "--load-model=*")).start()
+        return TritonServer(
+            model_repository, work_dir, ports, extra_args=("--model-control-mode=explicit", "--load-model=*")
+        ).start()
 
     servers = [start()]
     yield servers, start
@@ -61,8 +62,11 @@ def test_triton_stopped_is_503_at_once_and_the_api_recovers_by_itself(own_triton
 
 
 def captioner_stubs(server: TritonServer) -> list[psutil.Process]:
-    return [child for child in psutil.Process(server.process.pid).children()
-            if child.status() != psutil.STATUS_ZOMBIE and "/captioner/1/model.py" in " ".join(child.cmdline())]
+    return [
+        child
+        for child in psutil.Process(server.process.pid).children()
+        if child.status() != psutil.STATUS_ZOMBIE and "/captioner/1/model.py" in " ".join(child.cmdline())
+    ]
 
 
 def test_captioner_stub_killed_keeps_labels_coming_and_a_reload_restores_captions(own_triton):
@@ -92,8 +96,12 @@ def test_captioner_stub_killed_keeps_labels_coming_and_a_reload_restores_caption
 def pending_requests(server: TritonServer) -> float:
     with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10) as response:
         families = text_string_to_metric_families(response.read().decode())
-    return sum(sample.value for family in families if family.name == "nv_inference_pending_request_count"
-               for sample in family.samples)
+    return sum(
+        sample.value
+        for family in families
+        if family.name == "nv_inference_pending_request_count"
+        for sample in family.samples
+    )
 
 
 def test_passed_deadlines_are_504_and_leave_nothing_queued(own_triton, api_factory):
@@ -124,10 +132,15 @@ def test_passed_deadlines_are_504_and_leave_nothing_queued(own_triton, api_facto
 def test_a_client_that_hangs_up_is_logged_with_its_calls_fate_and_the_api_serves_on(own_triton, api_factory, caplog):
     server = own_triton[0][-1]
     api = api_factory(triton_url=server.grpc_url)
-    request = httpx.Request("POST", f"{api.url}/caption", files={"photo": ("a.jpg", APPLE, "image/jpeg")},
-                            headers={"X-Request-ID": "hangs-up-1"})
+    request = httpx.Request(
+        "POST",
+        f"{api.url}/caption",
+        files={"photo": ("a.jpg", APPLE, "image/jpeg")},
+        headers={"X-Request-ID": "hangs-up-1"},
+    )
     head = "POST /caption HTTP/1.1\r\nHost: test\r\n" + "".join(
-        f"{name}: {value}\r\n" for name, value in request.headers.items() if name.lower() != "host")
+        f"{name}: {value}\r\n" for name, value in request.headers.items() if name.lower() != "host"
+    )
     with caplog.at_level(logging.INFO, logger="food11_api"):
         with socket.create_connection(("127.0.0.1", api.port), timeout=30) as connection:
             connection.sendall(head.encode() + b"\r\n" + request.read())
@@ -145,18 +158,39 @@ def test_a_client_that_hangs_up_is_logged_with_its_calls_fate_and_the_api_serves
 def test_a_step_that_fails_to_load_is_named_with_its_reason(model_repository, tmp_path):
     broken = shutil.copytree(model_repository, tmp_path / "model_repository")
     config = broken / "captioner" / "config.pbtxt"
-    config.write_text(config.read_text().replace('key: "max_new_tokens"\n  value: { string_value: "20" }',
-                                                 'key: "max_new_tokens"\n  value: { string_value: "-3" }'))
+    config.write_text(
+        config.read_text().replace(
+            'key: "max_new_tokens"\n  value: { string_value: "20" }',
+            'key: "max_new_tokens"\n  value: { string_value: "-3" }',
+        )
+    )
     assert '"-3"' in config.read_text()
     ports = free_ports()
-    command = [sys.executable, str(PROJECT_ROOT / "scripts" / "serve.py"), "--model-repository", str(broken),
-               "--no-api", "--skip-validation", "--work-dir", str(tmp_path / "work"),
-               "--log-file", str(tmp_path / "server.log"), "--http-port", str(ports.http),
-               "--grpc-port", str(ports.grpc), "--metrics-port", str(ports.metrics)]
+    command = [
+        sys.executable,
+        str(PROJECT_ROOT / "scripts" / "serve.py"),
+        "--model-repository",
+        str(broken),
+        "--no-api",
+        "--skip-validation",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--log-file",
+        str(tmp_path / "server.log"),
+        "--http-port",
+        str(ports.http),
+        "--grpc-port",
+        str(ports.grpc),
+        "--metrics-port",
+        str(ports.metrics),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     # Triton's own exit code is 1, or -11: 2.51 sometimes dies of SIGSEGV while shutting down after a failed
     # load (seen once in 30-odd CI runs). serve.py's exit code and its naming of the step are the contract.
-    assert re.search(r"error: tritonserver exited with code (1|-11): a step failed to load:\n"
-                     r"  captioner: Internal: SettingsError: max_new_tokens must be positive\n", result.stderr)
+    assert re.search(
+        r"error: tritonserver exited with code (1|-11): a step failed to load:\n"
+        r"  captioner: Internal: SettingsError: max_new_tokens must be positive\n",
+        result.stderr,
+    )
     assert "Traceback" not in result.stderr

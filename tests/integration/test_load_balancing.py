@@ -6,8 +6,8 @@ import time
 import httpx
 import pytest
 import tritonclient.grpc as grpcclient
-
 from helpers import APPLE
+
 from pipeline_src.serving.launcher import Ports, TritonServer, free_port
 
 pytestmark = pytest.mark.integration
@@ -21,8 +21,15 @@ def two_tritons(model_repository, tmp_path_factory):
         ports = Ports(http=free_port(), grpc=grpc_port, metrics=free_port())
         # The ensemble and its three steps only: the captioner (a BLS callee, slow to load) is not needed
         # to count where requests go; captions then come back empty with captioner_error.
-        servers.append(TritonServer(model_repository, tmp_path_factory.mktemp("balanced"), ports, address=address,
-                                    extra_args=("--model-control-mode=explicit", "--load-model=food11_pipeline")))
+        servers.append(
+            TritonServer(
+                model_repository,
+                tmp_path_factory.mktemp("balanced"),
+                ports,
+                address=address,
+                extra_args=("--model-control-mode=explicit", "--load-model=food11_pipeline"),
+            )
+        )
     try:
         for server in servers:
             server.start()

@@ -57,8 +57,9 @@ def test_the_api_refuses_past_its_in_flight_cap_at_once_and_serves_again_after(a
         answered = held.result()
     assert refused.status_code == also_refused.status_code == 503
     assert refused.headers["retry-after"] == "3"
-    assert refused.json()["detail"] == ("over capacity: this API already serves 1 requests "
-                                        "(FOOD11_API_MAX_IN_FLIGHT); retry after 3 s")
+    assert refused.json()["detail"] == (
+        "over capacity: this API already serves 1 requests (FOOD11_API_MAX_IN_FLIGHT); retry after 3 s"
+    )
     assert refused_count(api.url, "api") == 2
     (direct,) = client.caption([photos["apple.jpg"]])
     assert answered.status_code == 200 and answered.json()["caption"] == direct.caption
@@ -80,12 +81,13 @@ def reloaded_captioner(triton_grpc):
     triton_grpc.load_model("captioner", config=json.dumps(original))
 
 
-def test_a_step_that_refuses_under_load_makes_the_whole_request_refused(client, api, photos, reloaded_captioner,
-                                                                           triton, tmp_path, capsys):
+def test_a_step_that_refuses_under_load_makes_the_whole_request_refused(
+    client, api, photos, reloaded_captioner, triton, tmp_path, capsys
+):
     """A queue timeout of 1 µs: the captioner's queue refuses every call (Triton: "Request timeout
     expired"), as it does under overload. The request is refused, not answered without its caption."""
     reloaded_captioner(default_timeout_microseconds=1)
-    with pytest.raises(OverloadedError, match="the captioner is over capacity.*Request timeout expired"):
+    with pytest.raises(OverloadedError, match=r"the captioner is over capacity.*Request timeout expired"):
         client.caption([photos["apple.jpg"]])
 
     before = refused_count(api.url, "triton")
@@ -121,8 +123,11 @@ def test_a_storm_over_a_short_queue_ends_every_request_right_or_refused(triton, 
         refused = [result for _, result in outcomes if isinstance(result, OverloadedError)]
         assert len(answered) + len(refused) == 96
         for name, result in answered:
-            assert (result.label, result.caption, result.caption_status) == \
-                (alone[name].label, alone[name].caption, alone[name].caption_status), name
+            assert (result.label, result.caption, result.caption_status) == (
+                alone[name].label,
+                alone[name].caption,
+                alone[name].caption_status,
+            ), name
             assert result.probability == pytest.approx(alone[name].probability, abs=1e-5)
         assert all("Exceeds maximum queue size" in str(exc) for exc in refused)
         after = client.caption([photos[name] for name in names])

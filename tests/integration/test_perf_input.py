@@ -38,9 +38,15 @@ def test_perf_analyzer_accepts_the_input_data_and_the_server_infers(model, trito
         pytest.skip(f"{exc} (make test installs it)")
     before = model_counters(triton.grpc_url)[model]
     # A loose stability bound: this checks that the data is accepted, not how fast the server is.
-    measurement = perf_analyzer.measure(model, triton.grpc_url, input_files[model], concurrency=2,
-                                        csv_path=tmp_path / "out.csv", requests_per_window=4,
-                                        stability_percentage=999)
+    measurement = perf_analyzer.measure(
+        model,
+        triton.grpc_url,
+        input_files[model],
+        concurrency=2,
+        csv_path=tmp_path / "out.csv",
+        requests_per_window=4,
+        stability_percentage=999,
+    )
     assert measurement.model == model and measurement.concurrency == 2
     assert measurement.throughput > 0 and measurement.p50_ms > 0
     assert model_counters(triton.grpc_url)[model].requests >= before.requests + 3 * 4

@@ -7,9 +7,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
+from helpers import FRUIT_PHOTOS
 
 from food11_client import AsyncFood11Client
-from helpers import FRUIT_PHOTOS
 from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
@@ -71,10 +71,15 @@ def test_ensemble_equals_the_steps_run_one_by_one(client, triton_grpc, model_rep
     logits = run_step(triton_grpc, "classifier", {"input": (pre["CLASSIFIER_PIXELS"], "FP32")}, ["output"])["output"]
     onnx = ort.InferenceSession(str(model_repository / "classifier/1/model.onnx"), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(logits, onnx.run(["output"], {"input": pre["CLASSIFIER_PIXELS"]})[0], atol=1e-5)
-    embeds = run_step(triton_grpc, "vision_encoder", {"pixel_values": (pre["CAPTIONER_PIXELS"], "FP32")},
-                      ["image_embeds"])["image_embeds"]
-    post = run_step(triton_grpc, "label_and_caption", {"LOGITS": (logits, "FP32"), "IMAGE_EMBEDS": (embeds, "FP32")},
-                    ["LABEL", "PROBABILITY", "PROBABILITIES", "CAPTION", "CAPTION_STATUS"])
+    embeds = run_step(
+        triton_grpc, "vision_encoder", {"pixel_values": (pre["CAPTIONER_PIXELS"], "FP32")}, ["image_embeds"]
+    )["image_embeds"]
+    post = run_step(
+        triton_grpc,
+        "label_and_caption",
+        {"LOGITS": (logits, "FP32"), "IMAGE_EMBEDS": (embeds, "FP32")},
+        ["LABEL", "PROBABILITY", "PROBABILITIES", "CAPTION", "CAPTION_STATUS"],
+    )
     assert post["PROBABILITIES"].sum() == pytest.approx(1.0, abs=1e-5)
     assert post["PROBABILITY"][0, 0] == pytest.approx(post["PROBABILITIES"].max())
 
@@ -92,8 +97,9 @@ def test_two_photos_with_the_same_label_get_different_captions(client, photos):
     assert len({result.caption for result in results}) == 3, [result.caption for result in results]
 
 
-def test_served_captions_equal_hugging_face_fp32_generate_on_the_same_pixels(client, triton_grpc, model_repository,
-                                                                             photos):
+def test_served_captions_equal_hugging_face_fp32_generate_on_the_same_pixels(
+    client, triton_grpc, model_repository, photos
+):
     """The course's captioner (Hugging Face BLIP fp32 generate), given the preprocessing step's pixels and
     the pipeline's prompt, writes exactly the caption the server returns."""
     from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
@@ -148,6 +154,6 @@ def test_failing_captioner_still_gives_label_and_probability(client, triton_grpc
     assert result.label == "Vegetable/Fruit" and 0 < result.probability <= 1
     assert result.caption == ""
     assert result.caption_status.startswith("captioner_error: ")
-    assert "captioner" in result.caption_status[len("captioner_error: "):]
+    assert "captioner" in result.caption_status[len("captioner_error: ") :]
     (recovered,) = client.caption([photos["apple.jpg"]])
     assert recovered.caption_status == "ok"

@@ -32,8 +32,9 @@ def test_a_manifest_notices_every_change_to_its_files(tmp_path):
     (tmp_path / "weights.onnx").write_bytes(b"weights")
     (tmp_path / "graphs").mkdir()
     (tmp_path / "graphs" / "step.onnx").write_bytes(b"step")
-    manifest = write_manifest(tmp_path, "demo", "real", "a test", [tmp_path / "weights.onnx",
-                                                                   tmp_path / "graphs" / "step.onnx"])
+    manifest = write_manifest(
+        tmp_path, "demo", "real", "a test", [tmp_path / "weights.onnx", tmp_path / "graphs" / "step.onnx"]
+    )
     assert set(manifest.files) == {"weights.onnx", "graphs/step.onnx"}
     assert read_manifest(tmp_path) == manifest and verify(tmp_path) == []
 
@@ -104,8 +105,9 @@ def test_the_server_serves_each_whole_manifest(client, model_repository):
 def test_the_api_shows_the_models_and_the_stand_in_warning(api, client, model_repository, photos):
     answer = httpx.post(f"{api.url}/caption", files={"photo": ("apple.jpg", photos["apple.jpg"])}, timeout=120).json()
     assert answer["warnings"] == [BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING]
-    assert [(m["model"], m["version"], m["kind"], m["sha256"]) for m in answer["models"]] == \
-        expected_identity(model_repository)
+    assert [(m["model"], m["version"], m["kind"], m["sha256"]) for m in answer["models"]] == expected_identity(
+        model_repository
+    )
 
     listed = {entry["name"]: entry for entry in httpx.get(f"{api.url}/models", timeout=30).json()}
     assert {"food11_pipeline", "preprocess", *WEIGHTED_MODELS} <= set(listed)
@@ -115,14 +117,17 @@ def test_the_api_shows_the_models_and_the_stand_in_warning(api, client, model_re
 
     metrics = httpx.get(f"{api.url}/metrics").text
     captioner_sha = answer["models"][0]["sha256"]
-    assert (f'food11_model_answers_total{{kind="stand-in",model="captioner",sha256="{captioner_sha}",version="1"}}'
-            in metrics)
+    assert (
+        f'food11_model_answers_total{{kind="stand-in",model="captioner",sha256="{captioner_sha}",version="1"}}'
+        in metrics
+    )
 
 
 @pytest.mark.integration
 def test_models_built_from_real_weights_answer_without_a_warning(real_api, real_repository, model_repository, photos):
-    answer = httpx.post(f"{real_api.url}/caption", files={"photo": ("apple.jpg", photos["apple.jpg"])},
-                        timeout=120).json()
+    answer = httpx.post(
+        f"{real_api.url}/caption", files={"photo": ("apple.jpg", photos["apple.jpg"])}, timeout=120
+    ).json()
     identity = [(m["model"], m["version"], m["kind"], m["sha256"]) for m in answer["models"]]
     assert identity == expected_identity(real_repository)
     assert {m["kind"] for m in answer["models"]} == {"real"}
@@ -130,5 +135,5 @@ def test_models_built_from_real_weights_answer_without_a_warning(real_api, real_
     classifier = read_manifest(real_repository / "classifier" / "1")
     assert classifier.source.startswith("course MobileNetV2 checkpoint food11.pth (sha256 ")
     # other weights, another identity: answers of the two servers can be told apart
-    stand_in = dict((model, sha) for model, _, _, sha in expected_identity(model_repository))
-    assert dict((model, sha) for model, _, _, sha in identity)["classifier"] != stand_in["classifier"]
+    stand_in = {model: sha for model, _, _, sha in expected_identity(model_repository)}
+    assert {model: sha for model, _, _, sha in identity}["classifier"] != stand_in["classifier"]

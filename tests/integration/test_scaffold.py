@@ -24,7 +24,15 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.repository.scaffold import DEFAULT_TESTS_DIR, Layout, ScaffoldError, StepSpec, create_step, main, plan_files
+from pipeline_src.repository.scaffold import (
+    DEFAULT_TESTS_DIR,
+    Layout,
+    ScaffoldError,
+    StepSpec,
+    create_step,
+    main,
+    plan_files,
+)
 from pipeline_src.repository.validate import validate_repository
 
 
@@ -54,12 +62,18 @@ def package_layout(tmp_path) -> Layout:
 
 def run_generated_tests(tests_dir: Path, pythonpath: Path) -> subprocess.CompletedProcess:
     """pytest on the generated tests, in a fresh process outside this project (no conftest, no cache)."""
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests_dir)],
-                          cwd=tests_dir.parent, env={**os.environ, "PYTHONPATH": str(pythonpath)},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests_dir)],
+        cwd=tests_dir.parent,
+        env={**os.environ, "PYTHONPATH": str(pythonpath)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # --- what it creates ------------------------------------------------------------------------------------
+
 
 def test_by_default_the_step_goes_to_the_repository_pipeline_src_steps_and_tests():
     layout = Layout(PROJECT_ROOT / "model_repository", DEFAULT_TESTS_DIR, PROJECT_ROOT / "pipeline_src" / "steps")
@@ -70,8 +84,9 @@ def test_by_default_the_step_goes_to_the_repository_pipeline_src_steps_and_tests
         "pipeline_src/steps/crop_scores.py",
         "tests/unit/test_step_crop_scores.py",
     ]
-    config = text_format.Parse(files[PROJECT_ROOT / "model_repository/crop_scores/config.pbtxt"],
-                               model_config_pb2.ModelConfig())
+    config = text_format.Parse(
+        files[PROJECT_ROOT / "model_repository/crop_scores/config.pbtxt"], model_config_pb2.ModelConfig()
+    )
     assert config.name == "crop_scores" and config.backend == "python" and config.max_batch_size == 32
     assert config.parameters["settings"].string_value == "pipeline_src.steps.crop_scores:CropScoresSettings"
     assert config.parameters["scale"].string_value == "2.0"
@@ -81,8 +96,15 @@ def test_by_default_the_step_goes_to_the_repository_pipeline_src_steps_and_tests
 
 
 def test_tensor_names_types_and_dims_are_declared_as_asked(package_layout):
-    spec = StepSpec("rescale", input_name="SCORES", output_name="RESCALED", data_type="INT16", dims=(3, -1),
-                    max_batch_size=8, instances=2)
+    spec = StepSpec(
+        "rescale",
+        input_name="SCORES",
+        output_name="RESCALED",
+        data_type="INT16",
+        dims=(3, -1),
+        max_batch_size=8,
+        instances=2,
+    )
     config_text = plan_files(spec, package_layout)[package_layout.repository / "rescale" / "config.pbtxt"]
     config = text_format.Parse(config_text, model_config_pb2.ModelConfig())
     (tensor_in,), (tensor_out,) = config.input, config.output
@@ -94,14 +116,17 @@ def test_tensor_names_types_and_dims_are_declared_as_asked(package_layout):
     assert [(group.count, group.kind) for group in config.instance_group] == [(2, cpu)]
 
 
-@pytest.mark.parametrize("spec, message", [
-    (StepSpec("2fast"), "not a valid Python identifier"),
-    (StepSpec("class"), "not a valid Python identifier"),
-    (StepSpec("top-labels"), "not a valid Python identifier"),
-    (StepSpec("ok", data_type="STRING"), "the example computation needs one of"),
-    (StepSpec("ok", dims=(0,)), "each dim is a positive size or -1"),
-    (StepSpec("ok", input_name="X", output_name="X"), "input and output are both named 'X'"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (StepSpec("2fast"), "not a valid Python identifier"),
+        (StepSpec("class"), "not a valid Python identifier"),
+        (StepSpec("top-labels"), "not a valid Python identifier"),
+        (StepSpec("ok", data_type="STRING"), "the example computation needs one of"),
+        (StepSpec("ok", dims=(0,)), "each dim is a positive size or -1"),
+        (StepSpec("ok", input_name="X", output_name="X"), "input and output are both named 'X'"),
+    ],
+)
 def test_bad_requests_are_refused_and_nothing_is_written(package_layout, spec, message):
     with pytest.raises(ScaffoldError, match=message):
         create_step(spec, package_layout)
@@ -113,9 +138,19 @@ def test_a_step_that_exists_is_refused_and_left_untouched(package_layout, capsys
     existing.parent.mkdir()
     existing.write_text("# mine\n")
     with pytest.raises(SystemExit) as exited:
-        main(["preprocess", "--repository", str(package_layout.repository), "--tests-dir",
-              str(package_layout.tests_dir), "--source-dir", str(package_layout.source_dir),
-              "--package", package_layout.package])
+        main(
+            [
+                "preprocess",
+                "--repository",
+                str(package_layout.repository),
+                "--tests-dir",
+                str(package_layout.tests_dir),
+                "--source-dir",
+                str(package_layout.source_dir),
+                "--package",
+                package_layout.package,
+            ]
+        )
     assert exited.value.code == 2
     assert "model 'preprocess' exists already" in capsys.readouterr().err
     assert existing.read_text() == "# mine\n" and not (package_layout.source_dir / "preprocess.py").exists()
@@ -124,24 +159,34 @@ def test_a_step_that_exists_is_refused_and_left_untouched(package_layout, capsys
 @pytest.mark.parametrize("self_contained", [False, True])
 def test_the_command_prints_what_it_created_and_the_next_steps(package_layout, capsys, self_contained):
     name, repository = unique("printed"), package_layout.repository
-    where = (["--self-contained"] if self_contained
-             else ["--source-dir", str(package_layout.source_dir), "--package", package_layout.package])
+    where = (
+        ["--self-contained"]
+        if self_contained
+        else ["--source-dir", str(package_layout.source_dir), "--package", package_layout.package]
+    )
     main([name, "--repository", str(repository), "--tests-dir", str(package_layout.tests_dir), *where])
     out = capsys.readouterr().out
     logic = repository / name / f"{name}_step.py" if self_contained else package_layout.source_dir / f"{name}.py"
-    for path in (repository / name / "config.pbtxt", repository / name / "1/model.py", logic,
-                 package_layout.tests_dir / f"test_step_{name}.py"):
+    for path in (
+        repository / name / "config.pbtxt",
+        repository / name / "1/model.py",
+        logic,
+        package_layout.tests_dir / f"test_step_{name}.py",
+    ):
         assert path.is_file() and str(path) in out
     assert "Wire it into an ensemble" in out and "food11-validate" in out and "pytest" in out
 
 
 # --- it is valid, and its own unit test passes ------------------------------------------------------------
 
+
 def test_a_scaffolded_step_passes_the_repository_validator(package_layout, monkeypatch, forget_new_modules):
     in_package, self_contained = unique("in_package"), unique("self_contained")
     create_step(StepSpec(in_package), package_layout)
-    create_step(StepSpec(self_contained, data_type="UINT8", dims=(2, -1)),
-                Layout(package_layout.repository, package_layout.tests_dir))
+    create_step(
+        StepSpec(self_contained, data_type="UINT8", dims=(2, -1)),
+        Layout(package_layout.repository, package_layout.tests_dir),
+    )
     # The package scaffolded into tmp is importable as an installed one would be; the self-contained
     # step's folder the validator adds itself, as the stub does.
     monkeypatch.syspath_prepend(str(package_layout.source_dir.parent))
@@ -153,14 +198,16 @@ def test_a_scaffolded_step_passes_the_repository_validator(package_layout, monke
 def test_the_generated_unit_tests_pass(package_layout):
     create_step(StepSpec("default_step"), package_layout)
     create_step(StepSpec("wide_step", data_type="FP64", dims=(2, 3)), package_layout)
-    create_step(StepSpec("int_step", data_type="INT32", dims=(-1,)), Layout(package_layout.repository,
-                                                                             package_layout.tests_dir))
+    create_step(
+        StepSpec("int_step", data_type="INT32", dims=(-1,)), Layout(package_layout.repository, package_layout.tests_dir)
+    )
     result = run_generated_tests(package_layout.tests_dir, package_layout.source_dir.parent)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "15 passed" in result.stdout  # 5 tests in each of the 3 generated files
 
 
 # --- it loads in the real server and answers --------------------------------------------------------------
+
 
 def infer(triton_grpc, model: str, rows: np.ndarray):
     tensor = grpcclient.InferInput("INPUT", list(rows.shape), "FP32")
@@ -206,6 +253,7 @@ def test_a_bad_request_to_a_scaffolded_step_fails_alone_naming_the_step(triton_g
 @pytest.mark.integration
 def test_requests_in_flight_together_each_get_their_own_answer(triton, scaffolded_in_server):
     """Whether or not the dynamic batcher puts them in one execute, each answer is its own request's."""
+
     async def one(client, value: float):
         rows = np.full((2, 4), value, dtype=np.float32)
         tensor = aioclient.InferInput("INPUT", list(rows.shape), "FP32")

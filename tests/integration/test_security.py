@@ -8,10 +8,10 @@ import socket
 
 import httpx
 import pytest
+from helpers import APPLE
 from starlette.formparsers import MultiPartParser
 
 from food11_api.app import get_client
-from helpers import APPLE
 
 pytestmark = pytest.mark.integration
 
@@ -36,8 +36,12 @@ def test_control_characters_in_headers_are_refused_by_the_http_server_itself(api
 def test_a_request_id_that_is_not_a_plain_token_is_replaced_not_logged(api, caplog):
     hostile = '"><script>alert(1)</script> forged=log line'  # printable, so HTTP lets it through
     with caplog.at_level(logging.WARNING, logger="food11_api"):
-        response = httpx.post(f"{api.url}/caption", files={"photo": ("p.jpg", b"not a photo", "image/jpeg")},
-                              headers={"X-Request-ID": hostile}, timeout=60)
+        response = httpx.post(
+            f"{api.url}/caption",
+            files={"photo": ("p.jpg", b"not a photo", "image/jpeg")},
+            headers={"X-Request-ID": hostile},
+            timeout=60,
+        )
     assert response.status_code == 400
     echoed = response.headers["x-request-id"]
     assert len(echoed) == 32 and echoed.isalnum()  # a fresh id instead
@@ -58,8 +62,10 @@ class BrokenClient:
 @pytest.mark.parametrize("status", [400, 413, 500])
 def test_error_bodies_carry_a_reason_and_an_id_never_a_stack_trace(api_factory, status):
     # Mocked for the 500 only: a defect in the API's own code cannot be produced against a healthy server.
-    api = api_factory(max_upload_bytes=1024 * 1024,
-                      dependency_overrides={get_client: lambda: BrokenClient()} if status == 500 else None)
+    api = api_factory(
+        max_upload_bytes=1024 * 1024,
+        dependency_overrides={get_client: lambda: BrokenClient()} if status == 500 else None,
+    )
     data = {400: b"not a photo", 413: b"\0" * (2 * 1024 * 1024), 500: APPLE}[status]
     response = httpx.post(f"{api.url}/caption", files={"photo": ("p.jpg", data, "image/jpeg")}, timeout=120)
     assert response.status_code == status

@@ -20,9 +20,23 @@ pytestmark = pytest.mark.integration
 
 
 def serve_command(model_repository, tmp_path, ports, *extra) -> list[str]:
-    return [sys.executable, str(PROJECT_ROOT / "scripts" / "serve.py"), "--model-repository", str(model_repository),
-            "--http-port", str(ports.http), "--grpc-port", str(ports.grpc), "--metrics-port", str(ports.metrics),
-            "--work-dir", str(tmp_path / "work"), "--log-file", str(tmp_path / "server.log"), *extra]
+    return [
+        sys.executable,
+        str(PROJECT_ROOT / "scripts" / "serve.py"),
+        "--model-repository",
+        str(model_repository),
+        "--http-port",
+        str(ports.http),
+        "--grpc-port",
+        str(ports.grpc),
+        "--metrics-port",
+        str(ports.metrics),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--log-file",
+        str(tmp_path / "server.log"),
+        *extra,
+    ]
 
 
 @contextlib.contextmanager
@@ -31,8 +45,9 @@ def serving(model_repository, tmp_path, *extra):
     ports = free_ports()
     command = serve_command(model_repository, tmp_path, ports, *extra)
     # A session of its own, as a terminal gives a foreground job: Ctrl-C is then SIGINT to the whole group.
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         for line in process.stdout:
             if "Ctrl-C stops everything" in line or "error" in line.lower() or "exited" in line:
@@ -50,8 +65,12 @@ def servers_of(process) -> list[psutil.Process]:
 
 
 def listening_addresses(servers) -> set[str]:
-    return {conn.laddr.ip for server in servers for conn in server.net_connections("inet")
-            if conn.status == psutil.CONN_LISTEN}
+    return {
+        conn.laddr.ip
+        for server in servers
+        for conn in server.net_connections("inet")
+        if conn.status == psutil.CONN_LISTEN
+    }
 
 
 def get_status(url):
@@ -107,8 +126,9 @@ def test_a_port_in_use_is_named_before_anything_starts(model_repository, tmp_pat
     with socket.socket() as squatter:
         squatter.bind(("0.0.0.0", ports.grpc))  # e.g. a Triton left over from an earlier run, on every interface
         squatter.listen()
-        result = subprocess.run(serve_command(model_repository, tmp_path, ports, "--no-api"),
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            serve_command(model_repository, tmp_path, ports, "--no-api"), capture_output=True, text=True, timeout=60
+        )
     assert result.returncode == 1
     assert f"error: port {ports.grpc} (Triton gRPC, --grpc-port) on 127.0.0.1 is already in use" in result.stderr
     assert "Traceback" not in result.stderr
@@ -122,11 +142,14 @@ def test_a_broken_repository_is_refused_before_tritonserver_starts(model_reposit
     assert ensemble.read_text().count(wiring) == 1
     ensemble.write_text(ensemble.read_text().replace(wiring, 'key: "input", value: "classifier_pixelz"'))
     ports = free_ports()
-    result = subprocess.run(serve_command(broken, tmp_path, ports, "--no-api"),
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        serve_command(broken, tmp_path, ports, "--no-api"), capture_output=True, text=True, timeout=60
+    )
     assert result.returncode != 0
-    assert ("ERROR food11_pipeline: step 2 (classifier) consumes tensor 'classifier_pixelz', which no step produces "
-            "and is not an ensemble input") in result.stderr
+    assert (
+        "ERROR food11_pipeline: step 2 (classifier) consumes tensor 'classifier_pixelz', which no step produces "
+        "and is not an ensemble input"
+    ) in result.stderr
     assert "tritonserver not started" in result.stderr
     assert not (tmp_path / "server.log").exists()  # tritonserver never ran: it would have written its log
     with pytest.raises(OSError):

@@ -23,8 +23,10 @@ def test_concurrent_uploads_are_all_answered_each_with_its_own_photos_result(tri
 
 def test_the_check_catches_a_swapped_a_lost_and_a_failed_answer():
     truth = [Expected("Bread", 0.7, "a photo of bread, x"), Expected("Soup", 0.6, "a photo of soup, y")]
-    outcomes = [Outcome("soak-0", 0, 200, 0.1, "soak-0", "Soup", 0.6, "a photo of soup, y"),  # photo 1's for photo 0
-                Outcome("soak-1", 1, 503, 0.1, "soak-1", detail="down")]
+    outcomes = [
+        Outcome("soak-0", 0, 200, 0.1, "soak-0", "Soup", 0.6, "a photo of soup, y"),  # photo 1's for photo 0
+        Outcome("soak-1", 1, 503, 0.1, "soak-1", detail="down"),
+    ]
     checks = check(outcomes, truth, sent=3)
     assert (len(checks.mismatched), len(checks.failed), checks.lost) == (1, 1, ["soak-2"])
     assert not checks.ok

@@ -19,8 +19,9 @@ def infer(triton_grpc, model: str, photos: list[bytes], outputs: list[str]) -> d
     images = np.array([[photo] for photo in photos], dtype=np.object_)
     tensor = grpcclient.InferInput("IMAGE", list(images.shape), "BYTES")
     tensor.set_data_from_numpy(images)
-    result = triton_grpc.infer(model, [tensor], outputs=[grpcclient.InferRequestedOutput(name) for name in outputs],
-                               client_timeout=120)
+    result = triton_grpc.infer(
+        model, [tensor], outputs=[grpcclient.InferRequestedOutput(name) for name in outputs], client_timeout=120
+    )
     return {name: result.as_numpy(name) for name in outputs}
 
 
@@ -28,8 +29,10 @@ def infer(triton_grpc, model: str, photos: list[bytes], outputs: list[str]) -> d
 def answers(triton_grpc, photos):
     """Both ensembles' answers for the same photos, in one request each."""
     batch = [photos[name] for name in PHOTOS]
-    return (infer(triton_grpc, "food11_pipeline", batch, PIPELINE_OUTPUTS),
-            infer(triton_grpc, "food11_pipeline_topk", batch, PIPELINE_OUTPUTS + TOP_OUTPUTS))
+    return (
+        infer(triton_grpc, "food11_pipeline", batch, PIPELINE_OUTPUTS),
+        infer(triton_grpc, "food11_pipeline_topk", batch, PIPELINE_OUTPUTS + TOP_OUTPUTS),
+    )
 
 
 def test_topk_gives_three_labels_per_photo_sorted_by_probability(answers):

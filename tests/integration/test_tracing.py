@@ -22,7 +22,7 @@ STEPS = ("preprocess", "classifier", "vision_encoder", "label_and_caption")  # t
 # One traced request, written to its own indexed file (`<trace_file>.<n>`) as soon as it completes.
 TRACE_ONE_REQUEST = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "1", "log_frequency": "1"}
 # None clears a model setting; with all cleared the ensemble falls back to the global one (OFF).
-BACK_TO_GLOBAL = {name: None for name in TRACE_ONE_REQUEST}
+BACK_TO_GLOBAL = dict.fromkeys(TRACE_ONE_REQUEST)
 
 
 def _settings(triton_grpc, model_name="") -> dict[str, list[str]]:
@@ -79,7 +79,8 @@ def test_one_traced_request_shows_all_five_steps_with_the_captioner_under_the_bl
 
     for step_id in [*steps.values(), captioner_id]:
         assert {"REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_END", "REQUEST_END"} <= set(
-            traces[step_id]["ns"]), traces[step_id]
+            traces[step_id]["ns"]
+        ), traces[step_id]
     # Causal order only (no durations): every step starts inside the ensemble's request, and the
     # captioner is asked and runs while label_and_caption computes, since that step waits for it.
     ensemble = traces[root_id]["ns"]

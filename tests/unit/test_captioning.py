@@ -70,22 +70,26 @@ def test_the_steps_tokenizer_encodes_and_decodes_as_transformers(captioner, blip
     from transformers import AutoTokenizer
 
     theirs = AutoTokenizer.from_pretrained(str(blip_dir))
-    for prompt in [*PROMPTS, "a photo of dessert, isn't it?", "Meat \"grilled\" & rice"]:
+    for prompt in [*PROMPTS, "a photo of dessert, isn't it?", 'Meat "grilled" & rice']:
         assert captioner.prompt_ids(prompt) == [theirs.bos_token_id, *theirs(prompt).input_ids[1:-1]]
     rng = np.random.default_rng(0)
     punctuation = theirs.convert_tokens_to_ids([".", ",", "'", "s", "?", "!", "t", "[SEP]", "[PAD]"])
-    sequences = [[*rng.integers(0, theirs.vocab_size, 12).tolist(), *rng.choice(punctuation, 4).tolist()]
-                 for _ in range(300)]
-    assert (captioner.tokenizer.decode_batch(sequences, skip_special_tokens=True)
-            == theirs.batch_decode(sequences, skip_special_tokens=True))
+    sequences = [
+        [*rng.integers(0, theirs.vocab_size, 12).tolist(), *rng.choice(punctuation, 4).tolist()] for _ in range(300)
+    ]
+    assert captioner.tokenizer.decode_batch(sequences, skip_special_tokens=True) == theirs.batch_decode(
+        sequences, skip_special_tokens=True
+    )
 
 
 def test_the_captioner_step_runs_without_torch(graphs_dir):
     """Memory: importing torch (through transformers' tokenizer) cost the captioner step 520 MiB."""
-    code = (f"import sys; from pipeline_src.steps.captioning import GreedyCaptioner; "
-            f"captioner = GreedyCaptioner.load(__import__('pathlib').Path({str(graphs_dir)!r}), max_new_tokens=2); "
-            f"captioner.warm_up(); assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
-            f"sorted(m for m in sys.modules if m.startswith(('torch', 'transformers')))[:5]")
+    code = (
+        f"import sys; from pipeline_src.steps.captioning import GreedyCaptioner; "
+        f"captioner = GreedyCaptioner.load(__import__('pathlib').Path({str(graphs_dir)!r}), max_new_tokens=2); "
+        f"captioner.warm_up(); assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
+        f"sorted(m for m in sys.modules if m.startswith(('torch', 'transformers')))[:5]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=PROJECT_ROOT)
 
 
@@ -112,7 +116,7 @@ def test_vision_encoder_graph_matches_pytorch(blip_dir, vision, pixels):
 
 
 def test_captions_equal_hugging_face_fp32_generate(captioner, hugging_face, vision, pixels):
-    prompts = (PROMPTS * 2)[:len(pixels)]
+    prompts = (PROMPTS * 2)[: len(pixels)]
     assert captioner.caption(vision(pixels), prompts) == hugging_face.caption(pixels, prompts)
 
 
@@ -133,7 +137,7 @@ def test_a_batch_equals_one_call_per_image(captioner, vision, pixels):
     """Prompts of different lengths in one batch: left padding, masks and positions change nothing."""
     embeds = vision(pixels[:3])
     batched = captioner.caption(embeds, PROMPTS)
-    single = [captioner.caption(embeds[i:i + 1], [prompt])[0] for i, prompt in enumerate(PROMPTS)]
+    single = [captioner.caption(embeds[i : i + 1], [prompt])[0] for i, prompt in enumerate(PROMPTS)]
     assert batched == single
 
 
@@ -150,7 +154,8 @@ def test_int8_rows_do_not_depend_on_their_batch_mates(graphs_dir, model_reposito
     assert np.array_equal(embeds[1], vision(pixels[1:2])[0])
     captioner = GreedyCaptioner.load(graphs_dir, precision, max_new_tokens=12)
     assert captioner.generate(embeds, [captioner.prompt_ids(p) for p in PROMPTS]) == [
-        captioner.generate(embeds[i:i + 1], [captioner.prompt_ids(prompt)])[0] for i, prompt in enumerate(PROMPTS)]
+        captioner.generate(embeds[i : i + 1], [captioner.prompt_ids(prompt)])[0] for i, prompt in enumerate(PROMPTS)
+    ]
 
 
 def test_prompt_count_must_match_image_count(captioner, vision, pixels):

@@ -3,8 +3,14 @@
 import numpy as np
 import pytest
 
-from pipeline_src.steps.classification import (STATUS_LOW_CONFIDENCE, STATUS_OK, build_prompt, caption_plan,
-                                               predict, softmax)
+from pipeline_src.steps.classification import (
+    STATUS_LOW_CONFIDENCE,
+    STATUS_OK,
+    build_prompt,
+    caption_plan,
+    predict,
+    softmax,
+)
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
 
@@ -31,10 +37,13 @@ def test_predict_gives_the_top_class_and_its_real_probability():
     assert prediction.probability != pytest.approx(1 / (1 + np.exp(-3.0)))  # not the sigmoid of the top logit
 
 
-@pytest.mark.parametrize("logits, message", [
-    (np.zeros(10), "expected 11 logits"),
-    (np.array([np.nan] + [0.0] * 10), "NaN"),
-])
+@pytest.mark.parametrize(
+    "logits, message",
+    [
+        (np.zeros(10), "expected 11 logits"),
+        (np.array([np.nan] + [0.0] * 10), "NaN"),
+    ],
+)
 def test_predict_refuses_unusable_logits(logits, message):
     with pytest.raises(ValueError, match=message):
         predict(logits)

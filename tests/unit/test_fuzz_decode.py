@@ -6,11 +6,11 @@ import time
 
 import numpy as np
 import pytest
+from helpers import FRUIT_PHOTOS, PHOTOS_DIR, encode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from helpers import FRUIT_PHOTOS, PHOTOS_DIR, encode
 from pipeline_src.steps.imaging import ImageRejected, image_tensors
 
 MAX_PIXELS = 40_000_000  # preprocess's default cap
@@ -43,7 +43,7 @@ def mutated_photos(draw) -> bytes:
             other = draw(st.sampled_from(SEEDS))
             start = draw(st.integers(0, len(other) - 1))
             at = draw(st.integers(0, len(data)))
-            data[at:at] = other[start: start + draw(st.integers(1, 4096))]
+            data[at:at] = other[start : start + draw(st.integers(1, 4096))]
         else:  # the header after the magic bytes, where sizes and chunk lengths live
             for _ in range(draw(st.integers(1, 4))):
                 data[draw(st.integers(min(8, len(data) - 1), min(160, len(data) - 1)))] = draw(st.integers(0, 255))
@@ -52,8 +52,9 @@ def mutated_photos(draw) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=300, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(mutated_photos())
 def test_decode_returns_two_tensors_or_refuses_never_anything_else(data):
     started = time.perf_counter()

@@ -4,9 +4,9 @@ import io
 
 import numpy as np
 import pytest
+from helpers import APPLE, encode, gradient, png_header_only
 from PIL import Image
 
-from helpers import APPLE, encode, gradient, png_header_only
 from pipeline_src.steps.imaging import ImageRejected, captioner_tensor, classifier_tensor, decode_rgb, image_tensors
 
 CAP = 40_000_000
@@ -23,7 +23,7 @@ def test_gif_uses_its_first_frame():
     frames = [Image.new("RGB", (16, 16), color) for color in ((255, 0, 0), (0, 0, 255))]
     buffer = io.BytesIO()
     frames[0].save(buffer, "GIF", save_all=True, append_images=frames[1:])
-    red, green, blue = decode_rgb(buffer.getvalue(), CAP).getpixel((8, 8))
+    red, _green, blue = decode_rgb(buffer.getvalue(), CAP).getpixel((8, 8))
     assert red > 200 and blue < 50
 
 
@@ -36,8 +36,11 @@ def test_exif_orientation_is_applied():
 
 @pytest.mark.parametrize("mode", ["L", "LA", "P", "RGBA", "CMYK", "I;16", "1"])
 def test_any_mode_becomes_rgb(mode):
-    source = gradient().convert(mode) if mode != "I;16" else Image.fromarray(
-        (np.arange(64 * 48, dtype=np.uint16).reshape(48, 64) * 20))
+    source = (
+        gradient().convert(mode)
+        if mode != "I;16"
+        else Image.fromarray(np.arange(64 * 48, dtype=np.uint16).reshape(48, 64) * 20)
+    )
     fmt = "JPEG" if mode == "CMYK" else "PNG"
     image = decode_rgb(encode(source, fmt), CAP)
     assert image.mode == "RGB" and image.size == (64, 48)
@@ -56,13 +59,16 @@ def test_transparent_pixels_become_white():
     assert decode_rgb(encode(rgba, "PNG"), CAP).getpixel((4, 4)) == (255, 255, 255)
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"", "empty image"),
-    (b"this is not an image at all", "cannot decode"),
-    (encode(gradient(), "JPEG")[:200], "cannot decode the image header"),
-    (APPLE[: len(APPLE) // 2], "cannot decode JPEG image"),
-    (encode(gradient(), "TIFF"), "cannot decode: not a JPEG"),  # Pillow's TIFF parser never runs
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "empty image"),
+        (b"this is not an image at all", "cannot decode"),
+        (encode(gradient(), "JPEG")[:200], "cannot decode the image header"),
+        (APPLE[: len(APPLE) // 2], "cannot decode JPEG image"),
+        (encode(gradient(), "TIFF"), "cannot decode: not a JPEG"),  # Pillow's TIFF parser never runs
+    ],
+)
 def test_bad_bytes_are_rejected_with_the_reason(data, reason):
     with pytest.raises(ImageRejected, match=reason):
         decode_rgb(data, CAP)
@@ -72,7 +78,7 @@ def test_damaged_exif_is_refused_with_the_reason_not_a_crash():
     """Found by the decode fuzz: a flipped byte in the EXIF block's TIFF header made Pillow raise
     SyntaxError from inside exif_transpose, past the step's own rejection."""
     magic = APPLE.index(b"MM\x00*")  # the EXIF block's big-endian TIFF header
-    damaged = APPLE[:magic] + b"\x00M" + APPLE[magic + 2:]
+    damaged = APPLE[:magic] + b"\x00M" + APPLE[magic + 2 :]
     with pytest.raises(ImageRejected, match="cannot read the image's EXIF orientation: not a TIFF file"):
         decode_rgb(damaged, CAP)
 
@@ -92,10 +98,14 @@ def test_classifier_tensor_equals_torchvision_transforms(photos):
     from torchvision import transforms
 
     image = decode_rgb(photos["coffee.png"], CAP)
-    reference = transforms.Compose([
-        transforms.Resize(224), transforms.CenterCrop(224), transforms.ToTensor(),
-        transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
-    ])(image).numpy()
+    reference = transforms.Compose(
+        [
+            transforms.Resize(224),
+            transforms.CenterCrop(224),
+            transforms.ToTensor(),
+            transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+        ]
+    )(image).numpy()
     np.testing.assert_allclose(classifier_tensor(image), reference, atol=1e-5)
 
 

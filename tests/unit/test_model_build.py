@@ -4,14 +4,14 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
-
 from helpers import FRUIT_PHOTOS
-from pipeline_src.steps.classification import predict
-from pipeline_src.steps.imaging import image_tensors
-from pipeline_src.steps.labels import FOOD11_CLASSES
+
 from pipeline_src.model_build import classifier_export
 from pipeline_src.model_build.cli import main as build_models
 from pipeline_src.model_build.imagenet_food11 import IMAGENET_TO_FOOD11, UNCOVERED_CLASSES, ImageNetToFood11
+from pipeline_src.steps.classification import predict
+from pipeline_src.steps.imaging import image_tensors
+from pipeline_src.steps.labels import FOOD11_CLASSES
 
 
 def test_imagenet_table_names_match_torchvisions_class_list():
@@ -37,8 +37,9 @@ def test_head_softmax_is_the_imagenet_food_mass_renormalised():
 
 @pytest.fixture(scope="module")
 def default_classifier(model_repository):
-    return ort.InferenceSession(str(model_repository / "classifier" / "1" / "model.onnx"),
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        str(model_repository / "classifier" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
 
 
 @pytest.mark.parametrize("photo", FRUIT_PHOTOS)
@@ -60,8 +61,9 @@ def test_course_state_dict_checkpoint_is_exported_and_matches_pytorch(tmp_path, 
     model = classifier_export.course_mobilenet_v2().eval()
     checkpoint = tmp_path / "food11.pth"
     torch.save(model.state_dict(), checkpoint)
-    build_models(["--repository", str(tmp_path / "repo"), "--classifier-checkpoint", str(checkpoint),
-                  "--blip-standin", "tiny"])
+    build_models(
+        ["--repository", str(tmp_path / "repo"), "--classifier-checkpoint", str(checkpoint), "--blip-standin", "tiny"]
+    )
     assert "max abs difference ONNX Runtime vs PyTorch" in capsys.readouterr().out
     session = ort.InferenceSession(str(tmp_path / "repo/classifier/1/model.onnx"), providers=["CPUExecutionProvider"])
     batch = torch.randn(3, 3, 224, 224)

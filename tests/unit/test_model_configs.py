@@ -32,8 +32,17 @@ ENSEMBLES = [name for name, config in CONFIGS.items() if config.platform == "ens
 
 
 def test_the_repository_holds_seven_steps_and_two_ensembles():
-    assert set(CONFIGS) == {"preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner", "top_labels",
-                            "model_manifests", "food11_pipeline", "food11_pipeline_topk"}
+    assert set(CONFIGS) == {
+        "preprocess",
+        "classifier",
+        "vision_encoder",
+        "label_and_caption",
+        "captioner",
+        "top_labels",
+        "model_manifests",
+        "food11_pipeline",
+        "food11_pipeline_topk",
+    }
     assert ENSEMBLES == ["food11_pipeline", "food11_pipeline_topk"]
 
 
@@ -104,7 +113,8 @@ def test_top_labels_declares_k_labels_per_photo_and_the_topk_ensemble_returns_th
     assert outputs["TOP_LABELS"][1] == outputs["TOP_PROBABILITIES"][1] == [k]
     # The same four outputs as food11_pipeline, declared alike, plus the top k.
     assert {name: spec for name, spec in outputs.items() if not name.startswith("TOP_")} == tensors(
-        CONFIGS["food11_pipeline"].output)
+        CONFIGS["food11_pipeline"].output
+    )
 
 
 def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
@@ -112,8 +122,11 @@ def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
     queue, and refuse a request that waited past the queue timeout, which comes before label_and_caption
     stops waiting for a caption: no step works for a caller that has gone."""
     caption_timeout_us = 1000 * int(CONFIGS["label_and_caption"].parameters["caption_timeout_ms"].string_value)
-    variants = [CONFIGS["captioner"], CONFIGS["vision_encoder"],
-                *(load(path) for path in sorted((REPOSITORY / "vision_encoder" / "configs").glob("*.pbtxt")))]
+    variants = [
+        CONFIGS["captioner"],
+        CONFIGS["vision_encoder"],
+        *(load(path) for path in sorted((REPOSITORY / "vision_encoder" / "configs").glob("*.pbtxt"))),
+    ]
     policies = {text_format.MessageToString(config.dynamic_batching.default_queue_policy) for config in variants}
     assert len(policies) == 1, policies  # one policy, said alike everywhere
     policy = variants[0].dynamic_batching.default_queue_policy

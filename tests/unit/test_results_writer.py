@@ -13,8 +13,13 @@ import pytest
 
 from pipeline_src.profiling.memory import MemorySampler
 from pipeline_src.profiling.percentiles import percentile, percentiles_ms
-from pipeline_src.profiling.results import (DirtyTree, collect_provenance, command_line, require_clean_tree,
-                                            write_results)
+from pipeline_src.profiling.results import (
+    DirtyTree,
+    collect_provenance,
+    command_line,
+    require_clean_tree,
+    write_results,
+)
 
 # who commits in the throwaway repositories, whatever this machine's git configuration says
 IDENTITY = ("-c", "user.name=test", "-c", "user.email=test@example.com", "-c", "commit.gpgsign=false")
@@ -57,7 +62,7 @@ def test_a_clean_tree_names_its_commit_in_the_json_and_under_the_markdowns_title
 
 def test_a_changed_tracked_file_is_refused_and_when_allowed_marked_loudly(checkout):
     (checkout / "code.py").write_text("print('changed')\n")
-    with pytest.raises(DirtyTree, match="code.py"):
+    with pytest.raises(DirtyTree, match=r"code\.py"):
         require_clean_tree(allow_dirty=False, root=checkout)
     assert not require_clean_tree(allow_dirty=True, root=checkout).clean
     document, markdown = write(checkout)
@@ -75,7 +80,7 @@ def test_changes_under_benchmarks_results_alone_leave_the_tree_clean(checkout):
 
 def test_an_untracked_file_outside_the_results_makes_the_tree_dirty(checkout):
     (checkout / "scratch.py").write_text("x = 1\n")
-    with pytest.raises(DirtyTree, match="scratch.py"):
+    with pytest.raises(DirtyTree, match=r"scratch\.py"):
         require_clean_tree(allow_dirty=False, root=checkout)
 
 
@@ -100,13 +105,24 @@ def test_without_git_the_commit_comes_from_food11_commit(tmp_path, monkeypatch):
 
 
 def test_no_absolute_path_of_the_checkout_or_outside_it_is_recorded(checkout):
-    argv = [str(checkout / "benchmarks" / "x.py"), "--repository", str(checkout / "model_repository"),
-            f"--python={checkout.parent / 'elsewhere' / 'venv' / 'bin'}", "--name", "run"]
-    assert command_line(argv, checkout) == ("python benchmarks/x.py --repository model_repository "
-                                            "--python=.../venv/bin --name run")
-    path = write_results("figures", {"repository": str(checkout / "model_repository")},
-                         f"# Figures\n\nbuilt in {checkout}/build\n", directory=checkout / "benchmarks" / "results",
-                         root=checkout)
+    argv = [
+        str(checkout / "benchmarks" / "x.py"),
+        "--repository",
+        str(checkout / "model_repository"),
+        f"--python={checkout.parent / 'elsewhere' / 'venv' / 'bin'}",
+        "--name",
+        "run",
+    ]
+    assert command_line(argv, checkout) == (
+        "python benchmarks/x.py --repository model_repository --python=.../venv/bin --name run"
+    )
+    path = write_results(
+        "figures",
+        {"repository": str(checkout / "model_repository")},
+        f"# Figures\n\nbuilt in {checkout}/build\n",
+        directory=checkout / "benchmarks" / "results",
+        root=checkout,
+    )
     for written in (path, path.with_suffix(".json")):
         assert str(checkout) not in written.read_text()
     assert "built in build" in path.read_text()

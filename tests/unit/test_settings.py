@@ -1,9 +1,18 @@
 """Step settings come from config.pbtxt parameters, typed and checked."""
 
+import re
+
 import pytest
 
-from pipeline_src.steps.settings import (CaptionerSettings, LabelAndCaptionSettings, PreprocessSettings, SettingsError,
-                                         VisionEncoderSettings, config_parameters, declared_settings_class)
+from pipeline_src.steps.settings import (
+    CaptionerSettings,
+    LabelAndCaptionSettings,
+    PreprocessSettings,
+    SettingsError,
+    VisionEncoderSettings,
+    config_parameters,
+    declared_settings_class,
+)
 from pipeline_src.steps.top_labels import TopLabelsSettings
 
 
@@ -23,18 +32,21 @@ def test_booleans_and_floats_parse():
     assert TopLabelsSettings.from_parameters({}).k == 3
 
 
-@pytest.mark.parametrize("cls, parameters, message", [
-    (PreprocessSettings, {"max_pixel": "5"}, "unknown parameter"),
-    (PreprocessSettings, {"max_pixels": "many"}, "is not a int"),
-    (PreprocessSettings, {"max_pixels": "0"}, "must be positive"),
-    (LabelAndCaptionSettings, {"prompt_template": "a photo"}, r"must contain \{label\}"),
-    (LabelAndCaptionSettings, {"confidence_threshold": "1.5"}, r"must lie in \[0, 1\]"),
-    (CaptionerSettings, {"max_new_tokens": "many"}, "is not a int"),
-    (CaptionerSettings, {"cpu_precision": "bf16"}, "cpu_precision must be one of"),
-    (CaptionerSettings, {"auto_min_agreement": "1.5"}, r"auto_min_agreement must lie in \[0, 1\]"),
-    (VisionEncoderSettings, {"cpu_precision": "int4"}, "cpu_precision must be one of"),
-    (VisionEncoderSettings, {"intra_op_threads": "-1"}, "intra_op_threads must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "cls, parameters, message",
+    [
+        (PreprocessSettings, {"max_pixel": "5"}, "unknown parameter"),
+        (PreprocessSettings, {"max_pixels": "many"}, "is not a int"),
+        (PreprocessSettings, {"max_pixels": "0"}, "must be positive"),
+        (LabelAndCaptionSettings, {"prompt_template": "a photo"}, r"must contain \{label\}"),
+        (LabelAndCaptionSettings, {"confidence_threshold": "1.5"}, r"must lie in \[0, 1\]"),
+        (CaptionerSettings, {"max_new_tokens": "many"}, "is not a int"),
+        (CaptionerSettings, {"cpu_precision": "bf16"}, "cpu_precision must be one of"),
+        (CaptionerSettings, {"auto_min_agreement": "1.5"}, r"auto_min_agreement must lie in \[0, 1\]"),
+        (VisionEncoderSettings, {"cpu_precision": "int4"}, "cpu_precision must be one of"),
+        (VisionEncoderSettings, {"intra_op_threads": "-1"}, "intra_op_threads must be >= 0"),
+    ],
+)
 def test_bad_parameters_are_refused_with_the_reason(cls, parameters, message):
     with pytest.raises(SettingsError, match=message):
         cls.from_parameters(parameters)
@@ -44,12 +56,16 @@ def test_a_config_names_its_settings_class_and_a_mismatch_is_refused():
     parameters = {"settings": "pipeline_src.steps.settings:PreprocessSettings", "max_pixels": "7"}
     assert declared_settings_class(parameters) is PreprocessSettings
     assert PreprocessSettings.from_parameters(parameters).max_pixels == 7
-    with pytest.raises(SettingsError, match="this step reads 'pipeline_src.steps.settings:CaptionerSettings'"):
+    with pytest.raises(
+        SettingsError, match=re.escape("this step reads 'pipeline_src.steps.settings:CaptionerSettings'")
+    ):
         CaptionerSettings.from_parameters(parameters)
 
 
-@pytest.mark.parametrize("reference", ["pipeline_src.steps.settings:NoSuchSettings", "no_such_module:X",
-                                       "pipeline_src.steps.settings:SettingsError"])
+@pytest.mark.parametrize(
+    "reference",
+    ["pipeline_src.steps.settings:NoSuchSettings", "no_such_module:X", "pipeline_src.steps.settings:SettingsError"],
+)
 def test_a_settings_reference_that_names_no_settings_class_is_refused(reference):
     with pytest.raises(SettingsError, match="settings="):
         declared_settings_class({"settings": reference})

@@ -15,8 +15,9 @@ from pipeline_src.repository.scaffold import Layout, StepSpec, create_step
 from pipeline_src.steps.settings import SETTINGS_PARAMETER, StepSettings, declared_settings_class
 
 REPOSITORY = PROJECT_ROOT / "model_repository"
-STEP_CONFIGS = sorted(path for path in REPOSITORY.glob("*/config.pbtxt")
-                      if SETTINGS_PARAMETER in parse_config(path).parameters)
+STEP_CONFIGS = sorted(
+    path for path in REPOSITORY.glob("*/config.pbtxt") if SETTINGS_PARAMETER in parse_config(path).parameters
+)
 
 
 def settings_and_parameters(config: Path) -> tuple[type[StepSettings], dict[str, str]]:
@@ -30,8 +31,11 @@ def drift(config: Path) -> list[str]:
     cls, parameters = settings_and_parameters(config)
     parameters.pop(SETTINGS_PARAMETER)
     defaults = cls()
-    problems = [f"{config}: no parameter {name!r} (default {getattr(defaults, name)!r})"
-                for name in (field.name for field in fields(cls)) if name not in parameters]
+    problems = [
+        f"{config}: no parameter {name!r} (default {getattr(defaults, name)!r})"
+        for name in (field.name for field in fields(cls))
+        if name not in parameters
+    ]
     for name, text in parameters.items():
         value = getattr(cls.from_parameters({name: text}), name)
         if value != getattr(defaults, name):
@@ -55,7 +59,9 @@ def readme_configuration_table() -> dict[tuple[str, str], str]:
         if not line.startswith("| ") or cells[0] in ("step", "---"):
             continue
         step, names, defaults = cells[0], re.findall(r"`([^`]+)`", cells[1]), cells[2]
-        values = [defaults.strip("`")] if len(names) == 1 else [value.strip().strip("`") for value in defaults.split(", ")]
+        values = (
+            [defaults.strip("`")] if len(names) == 1 else [value.strip().strip("`") for value in defaults.split(", ")]
+        )
         assert len(values) == len(names), line
         for name, value in zip(names, values):
             assert (step, name) not in table, f"docs/configuration.md lists {step}'s {name} twice"
@@ -81,8 +87,10 @@ def test_the_scaffolds_config_says_what_its_settings_class_says(tmp_path, monkey
     (tmp_path / "src" / package).mkdir(parents=True)
     (tmp_path / "src" / package / "__init__.py").touch()
     (tmp_path / "repository").mkdir()
-    create_step(StepSpec("drift_check"),
-                Layout(tmp_path / "repository", tmp_path / "tests", tmp_path / "src" / package, package))
+    create_step(
+        StepSpec("drift_check"),
+        Layout(tmp_path / "repository", tmp_path / "tests", tmp_path / "src" / package, package),
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
     try:
         assert drift(tmp_path / "repository" / "drift_check" / "config.pbtxt") == []

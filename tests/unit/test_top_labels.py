@@ -44,12 +44,15 @@ def test_k_of_all_eleven_classes_lists_every_class_once():
     assert sorted(decoded(best.labels)[0]) == sorted(FOOD11_CLASSES)
 
 
-@pytest.mark.parametrize("rows, message", [
-    (np.full((2, 11), 0.5, dtype=np.float32), "row 1 of 2 is not a probability distribution"),
-    (np.stack([distribution(), np.full(11, np.nan, dtype=np.float32)]), "row 2 of 2 is not a probability"),
-    (np.stack([distribution(), -distribution()]), "row 2 of 2 is not a probability"),
-    (np.full((1, 10), 0.1, dtype=np.float32), "expected [n, 11] probabilities, got shape [1, 10]"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (np.full((2, 11), 0.5, dtype=np.float32), "row 1 of 2 is not a probability distribution"),
+        (np.stack([distribution(), np.full(11, np.nan, dtype=np.float32)]), "row 2 of 2 is not a probability"),
+        (np.stack([distribution(), -distribution()]), "row 2 of 2 is not a probability"),
+        (np.full((1, 10), 0.1, dtype=np.float32), "expected [n, 11] probabilities, got shape [1, 10]"),
+    ],
+)
 def test_rows_that_are_not_distributions_are_named(rows, message):
     assert message in find_problem(rows)
 

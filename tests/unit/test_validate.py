@@ -15,8 +15,15 @@ from onnx import TensorProto, helper
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.validate import Report, Severity, validate_repository
 
-STEP_MODELS = ("captioner", "classifier", "label_and_caption", "model_manifests", "preprocess", "top_labels",
-               "vision_encoder")
+STEP_MODELS = (
+    "captioner",
+    "classifier",
+    "label_and_caption",
+    "model_manifests",
+    "preprocess",
+    "top_labels",
+    "vision_encoder",
+)
 
 
 @pytest.fixture
@@ -46,6 +53,7 @@ def config(repo: Path, model: str) -> Path:
 
 # --- the valid repository -------------------------------------------------------------------------------
 
+
 def test_the_built_repository_is_valid_without_a_single_problem(model_repository):
     report = validate_repository(model_repository)
     assert report.problems == [], report.text()
@@ -55,9 +63,11 @@ def test_the_built_repository_is_valid_without_a_single_problem(model_repository
 
 
 def test_validation_needs_neither_torch_nor_transformers(model_repository):
-    check = ("import sys; from pipeline_src.repository.validate import validate_repository; "
-             f"assert validate_repository({str(model_repository)!r}).ok; "
-             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    check = (
+        "import sys; from pipeline_src.repository.validate import validate_repository; "
+        f"assert validate_repository({str(model_repository)!r}).ok; "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
@@ -82,6 +92,7 @@ def test_a_snapshot_or_graphs_folder_missing_a_file_is_an_error(repo):
 
 
 # --- configs, folders, backend files ---------------------------------------------------------------------
+
 
 def test_a_config_that_does_not_parse_is_reported_with_file_and_line(repo):
     edit(config(repo, "preprocess"), "max_batch_size: 32", "max_batch_size: 32\nmax_batch_sise: 4")
@@ -113,6 +124,7 @@ def test_default_model_filename_is_where_the_python_backend_looks(repo):
 
 # --- typed settings ----------------------------------------------------------------------------------------
 
+
 def test_a_bad_parameter_value_is_refused_by_the_steps_settings(repo):
     edit(config(repo, "preprocess"), 'string_value: "40000000"', 'string_value: "lots"')
     problem(validate_repository(repo), "preprocess", "PreprocessSettings", "max_pixels='lots'")
@@ -143,8 +155,10 @@ ENSEMBLE = "food11_pipeline"
 def test_a_consumed_tensor_nobody_produces_is_named_with_its_step(repo):
     edit(config(repo, ENSEMBLE), 'key: "input", value: "classifier_pixels"', 'key: "input", value: "classifier_pixelz"')
     report = validate_repository(repo)
-    assert ("ERROR food11_pipeline: step 2 (classifier) consumes tensor 'classifier_pixelz', which no step "
-            "produces and is not an ensemble input") in report.text().splitlines()
+    assert (
+        "ERROR food11_pipeline: step 2 (classifier) consumes tensor 'classifier_pixelz', which no step "
+        "produces and is not an ensemble input"
+    ) in report.text().splitlines()
     problem(report, ENSEMBLE, "tensor 'classifier_pixels' from step 1 (preprocess) is used by no step")
     assert not report.ok
 
@@ -163,8 +177,12 @@ def test_input_map_keys_must_be_the_models_inputs_and_feed_all_of_them(repo):
 
 def test_an_output_map_key_must_be_an_output_of_the_model(repo):
     edit(config(repo, ENSEMBLE), 'key: "output", value: "logits"', 'key: "logits", value: "logits"')
-    problem(validate_repository(repo), ENSEMBLE, "step 2 (classifier)",
-            "output_map key 'logits' is not an output of model 'classifier'")
+    problem(
+        validate_repository(repo),
+        ENSEMBLE,
+        "step 2 (classifier)",
+        "output_map key 'logits' is not an output of model 'classifier'",
+    )
 
 
 def test_a_tensor_produced_twice_and_an_ensemble_output_produced_by_nobody(repo):
@@ -175,45 +193,72 @@ def test_a_tensor_produced_twice_and_an_ensemble_output_produced_by_nobody(repo)
 
 
 def test_an_unused_produced_tensor_is_an_error_as_triton_refuses_it(repo):
-    edit(config(repo, ENSEMBLE), 'output_map { key: "LABEL", value: "LABEL" }',
-         'output_map { key: "LABEL", value: "LABEL" }\n'
-         '      output_map { key: "PROBABILITIES", value: "probabilities" }')
-    problem(validate_repository(repo), ENSEMBLE,
-            "tensor 'probabilities' from step 4 (label_and_caption) is used by no step")
+    edit(
+        config(repo, ENSEMBLE),
+        'output_map { key: "LABEL", value: "LABEL" }',
+        'output_map { key: "LABEL", value: "LABEL" }\n'
+        '      output_map { key: "PROBABILITIES", value: "probabilities" }',
+    )
+    problem(
+        validate_repository(repo), ENSEMBLE, "tensor 'probabilities' from step 4 (label_and_caption) is used by no step"
+    )
 
 
 def test_steps_that_feed_each_other_form_a_cycle(repo):
-    edit(config(repo, ENSEMBLE), 'input_map { key: "IMAGE", value: "IMAGE" }',
-         'input_map { key: "IMAGE", value: "logits" }')
+    edit(
+        config(repo, ENSEMBLE),
+        'input_map { key: "IMAGE", value: "IMAGE" }',
+        'input_map { key: "IMAGE", value: "logits" }',
+    )
     report = validate_repository(repo)
     problem(report, ENSEMBLE, "steps form a cycle", "step 1 (preprocess) needs step 2 (classifier) needs step 1")
     problem(report, ENSEMBLE, "ensemble input 'IMAGE'", "is used by no step")
 
 
 def test_data_types_must_agree_across_an_edge(repo):
-    edit(config(repo, "label_and_caption"), '{ name: "LOGITS", data_type: TYPE_FP32',
-         '{ name: "LOGITS", data_type: TYPE_FP16')
-    problem(validate_repository(repo), ENSEMBLE, "tensor 'logits'", "step 2 (classifier) output 'output' is TYPE_FP32",
-            "step 4 (label_and_caption) input 'LOGITS' expects TYPE_FP16")
+    edit(
+        config(repo, "label_and_caption"),
+        '{ name: "LOGITS", data_type: TYPE_FP32',
+        '{ name: "LOGITS", data_type: TYPE_FP16',
+    )
+    problem(
+        validate_repository(repo),
+        ENSEMBLE,
+        "tensor 'logits'",
+        "step 2 (classifier) output 'output' is TYPE_FP32",
+        "step 4 (label_and_caption) input 'LOGITS' expects TYPE_FP16",
+    )
 
 
 def test_dims_must_agree_across_an_edge(repo):
-    edit(config(repo, "label_and_caption"), '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 11 ] }',
-         '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 12 ] }')
-    problem(validate_repository(repo), ENSEMBLE, "tensor 'logits'", "dims [11]",
-            "input 'LOGITS' expects TYPE_FP32 dims [12]")
+    edit(
+        config(repo, "label_and_caption"),
+        '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 11 ] }',
+        '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 12 ] }',
+    )
+    problem(
+        validate_repository(repo),
+        ENSEMBLE,
+        "tensor 'logits'",
+        "dims [11]",
+        "input 'LOGITS' expects TYPE_FP32 dims [12]",
+    )
 
 
 def test_a_variable_dim_matches_any_size(repo):
-    edit(config(repo, "label_and_caption"), '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 11 ] }',
-         '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ -1 ] }')
+    edit(
+        config(repo, "label_and_caption"),
+        '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 11 ] }',
+        '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ -1 ] }',
+    )
     assert validate_repository(repo).problems == []
 
 
 def test_a_step_batching_less_than_the_ensemble_is_an_error(repo):
     edit(config(repo, "classifier"), "max_batch_size: 32", "max_batch_size: 16")
-    problem(validate_repository(repo), ENSEMBLE, "step 2 (classifier)",
-            "max_batch_size 16, smaller than the ensemble's 32")
+    problem(
+        validate_repository(repo), ENSEMBLE, "step 2 (classifier)", "max_batch_size 16, smaller than the ensemble's 32"
+    )
 
 
 def test_a_step_without_batching_inside_a_batching_ensemble_is_an_error(repo):
@@ -225,6 +270,7 @@ def test_a_step_without_batching_inside_a_batching_ensemble_is_an_error(repo):
 
 
 # --- ensembles in ensembles --------------------------------------------------------------------------------
+
 
 def add_ensemble(repo: Path, name: str, inner: str, image: str = "IMAGE") -> None:
     """An ensemble whose one step is the ensemble ``inner`` (food11_pipeline's interface)."""
@@ -253,8 +299,12 @@ def test_an_ensemble_may_contain_an_ensemble(repo):
 def test_a_fault_in_an_outer_ensemble_names_its_step_and_the_inner_ensemble(repo):
     add_ensemble(repo, "labels_only", ENSEMBLE, image="PHOTO")
     report = validate_repository(repo)
-    problem(report, "labels_only", "step 1 (food11_pipeline)",
-            "input_map key 'PHOTO' is not an input of model 'food11_pipeline'")
+    problem(
+        report,
+        "labels_only",
+        "step 1 (food11_pipeline)",
+        "input_map key 'PHOTO' is not an input of model 'food11_pipeline'",
+    )
     problem(report, "labels_only", "input 'IMAGE' of model 'food11_pipeline' is not fed")
 
 
@@ -265,6 +315,7 @@ def test_ensembles_containing_each_other_are_a_cycle(repo):
 
 
 # --- BLS callees -------------------------------------------------------------------------------------------
+
 
 def test_a_bls_callee_missing_from_the_repository_is_an_error(repo):
     edit(config(repo, "label_and_caption"), 'string_value: "captioner"', 'string_value: "blip_captioner"')
@@ -279,35 +330,57 @@ def test_a_bls_callee_without_the_input_sent_is_an_error(repo):
 
 
 def test_a_bls_callee_output_read_must_exist_with_its_type(repo):
-    edit(config(repo, "captioner"), '{ name: "CAPTION", data_type: TYPE_STRING',
-         '{ name: "CAPTION", data_type: TYPE_FP32')
-    problem(validate_repository(repo), "label_and_caption", "BLS call to 'captioner'",
-            "'captioner' output 'CAPTION' is TYPE_FP32")
+    edit(
+        config(repo, "captioner"),
+        '{ name: "CAPTION", data_type: TYPE_STRING',
+        '{ name: "CAPTION", data_type: TYPE_FP32',
+    )
+    problem(
+        validate_repository(repo),
+        "label_and_caption",
+        "BLS call to 'captioner'",
+        "'captioner' output 'CAPTION' is TYPE_FP32",
+    )
 
 
 def test_a_bls_callee_with_other_dims_or_a_smaller_batch_is_an_error(repo):
     edit(config(repo, "captioner"), "dims: [ 577, -1 ]", "dims: [ 197, -1 ]")
     edit(config(repo, "captioner"), "max_batch_size: 32", "max_batch_size: 8")
     report = validate_repository(repo)
-    problem(report, "label_and_caption", "tensor 'IMAGE_EMBEDS'",
-            "'captioner' input 'IMAGE_EMBEDS' expects TYPE_FP32 dims [197, -1]")
+    problem(
+        report,
+        "label_and_caption",
+        "tensor 'IMAGE_EMBEDS'",
+        "'captioner' input 'IMAGE_EMBEDS' expects TYPE_FP32 dims [197, -1]",
+    )
     problem(report, "label_and_caption", "'captioner' has max_batch_size 8, smaller than this step's 32")
 
 
 def test_a_forwarded_bls_tensor_must_be_the_callers_own_input(repo):
-    edit(config(repo, "label_and_caption"), '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP32, dims: [ 577, -1 ] }',
-         '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP16, dims: [ 577, -1 ] }')
-    problem(validate_repository(repo), "label_and_caption", "BLS call to 'captioner'",
-            "this step's input 'IMAGE_EMBEDS' is TYPE_FP16")
+    edit(
+        config(repo, "label_and_caption"),
+        '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP32, dims: [ 577, -1 ] }',
+        '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP16, dims: [ 577, -1 ] }',
+    )
+    problem(
+        validate_repository(repo),
+        "label_and_caption",
+        "BLS call to 'captioner'",
+        "this step's input 'IMAGE_EMBEDS' is TYPE_FP16",
+    )
 
 
 # --- ONNX files --------------------------------------------------------------------------------------------
 
+
 def test_the_classifiers_onnx_file_must_match_its_config(repo):
     # Both ends of the ensemble edge change together: only the ONNX file disagrees.
     edit(config(repo, "classifier"), "dims: [ 11 ]", "dims: [ 12 ]")
-    edit(config(repo, "label_and_caption"), '"LOGITS", data_type: TYPE_FP32, dims: [ 11 ]',
-         '"LOGITS", data_type: TYPE_FP32, dims: [ 12 ]')
+    edit(
+        config(repo, "label_and_caption"),
+        '"LOGITS", data_type: TYPE_FP32, dims: [ 11 ]',
+        '"LOGITS", data_type: TYPE_FP32, dims: [ 12 ]',
+    )
     edit(config(repo, "classifier"), '{ name: "input",', '{ name: "pixels",')
     for ensemble in (ENSEMBLE, "food11_pipeline_topk"):  # both ensembles feed the classifier
         edit(config(repo, ensemble), 'key: "input", value', 'key: "pixels", value')
@@ -320,23 +393,26 @@ def test_the_classifiers_onnx_file_must_match_its_config(repo):
 
 def tiny_onnx(path: Path, batch: int | str = "batch", elem_type: int = TensorProto.FLOAT) -> None:
     """A real one-op ONNX model: X [batch, 4] -> Relu -> Y [batch, 4]."""
-    graph = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"])], "tiny",
-                              [helper.make_tensor_value_info("X", elem_type, [batch, 4])],
-                              [helper.make_tensor_value_info("Y", elem_type, [batch, 4])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["X"], ["Y"])],
+        "tiny",
+        [helper.make_tensor_value_info("X", elem_type, [batch, 4])],
+        [helper.make_tensor_value_info("Y", elem_type, [batch, 4])],
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(helper.make_model(graph), str(path))
 
 
 def add_onnx_model(repo: Path, dims: str = "4", extra: str = "") -> Path:
     (repo / "tiny_onnx").mkdir()
-    config(repo, "tiny_onnx").write_text(f'''
+    config(repo, "tiny_onnx").write_text(f"""
 name: "tiny_onnx"
 platform: "onnxruntime_onnx"
 max_batch_size: 8
 input [ {{ name: "X", data_type: TYPE_FP32, dims: [ {dims} ] }} ]
 output [ {{ name: "Y", data_type: TYPE_FP32, dims: [ 4 ] }} ]
 {extra}
-''')
+""")
     return repo / "tiny_onnx" / "1"
 
 
@@ -357,8 +433,9 @@ def test_an_onnxruntime_model_whose_file_has_other_shapes_or_types(repo):
 
 def test_an_onnx_file_with_a_fixed_batch_dimension_cannot_batch(repo):
     tiny_onnx(add_onnx_model(repo) / "model.onnx", batch=1)
-    problem(validate_repository(repo), "tiny_onnx", "input 'X'",
-            "fixes the batch dimension to 1, but max_batch_size is 8")
+    problem(
+        validate_repository(repo), "tiny_onnx", "input 'X'", "fixes the batch dimension to 1, but max_batch_size is 8"
+    )
 
 
 def test_an_onnxruntime_model_without_its_file_and_default_model_filename(repo):
@@ -371,9 +448,14 @@ def test_an_onnxruntime_model_without_its_file_and_default_model_filename(repo):
 
 # --- the command line --------------------------------------------------------------------------------------
 
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline_src.repository.validate", *args],
-                          capture_output=True, text=True, cwd=PROJECT_ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline_src.repository.validate", *args],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+    )
 
 
 def test_the_cli_lists_every_problem_and_exits_1_on_errors(repo):

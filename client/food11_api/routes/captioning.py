@@ -18,8 +18,9 @@ from food11_client import AsyncFood11Client, CaptionResult
 router = APIRouter(tags=["caption"], responses=ERROR_RESPONSES)
 
 
-async def caption_one(request: Request, client: AsyncFood11Client, answers: ModelAnswers, image: bytes,
-                      response: Response) -> CaptionResult:
+async def caption_one(
+    request: Request, client: AsyncFood11Client, answers: ModelAnswers, image: bytes, response: Response
+) -> CaptionResult:
     started = time.perf_counter()
     (result,) = await unless_disconnected(request, client.caption([image]))
     answers.count(result.models)
@@ -29,24 +30,41 @@ async def caption_one(request: Request, client: AsyncFood11Client, answers: Mode
 
 
 @router.post("/caption", response_model=CaptionResponse, summary="Caption an uploaded photo")
-async def caption(photo: Annotated[UploadFile, File(description="JPEG, PNG, WebP, BMP or GIF")], client: Client,
-                  answers: Answers, request: Request, response: Response) -> CaptionResponse:
+async def caption(
+    photo: Annotated[UploadFile, File(description="JPEG, PNG, WebP, BMP or GIF")],
+    client: Client,
+    answers: Answers,
+    request: Request,
+    response: Response,
+) -> CaptionResponse:
     started = time.perf_counter()
     result = await caption_one(request, client, answers, await photo.read(), response)
-    return CaptionResponse(label=result.label, probability=result.probability, caption=result.caption,
-                           caption_status=result.caption_status, warnings=result.warnings,
-                           models=ServedModelInfo.of(result.models),
-                           elapsed_ms=(time.perf_counter() - started) * 1000)
+    return CaptionResponse(
+        label=result.label,
+        probability=result.probability,
+        caption=result.caption,
+        caption_status=result.caption_status,
+        warnings=result.warnings,
+        models=ServedModelInfo.of(result.models),
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+    )
 
 
-@router.post("/predict", response_model=PredictResponse,
-             summary="Caption a base64-encoded photo (the course's JSON endpoint)")
-async def predict(body: PredictRequest, client: Client, answers: Answers, request: Request,
-                  response: Response) -> PredictResponse:
+@router.post(
+    "/predict", response_model=PredictResponse, summary="Caption a base64-encoded photo (the course's JSON endpoint)"
+)
+async def predict(
+    body: PredictRequest, client: Client, answers: Answers, request: Request, response: Response
+) -> PredictResponse:
     result = await caption_one(request, client, answers, body.image, response)
-    return PredictResponse(prediction=result.label, probability=result.probability, caption=result.caption,
-                           caption_status=result.caption_status, warnings=result.warnings,
-                           models=ServedModelInfo.of(result.models))
+    return PredictResponse(
+        prediction=result.label,
+        probability=result.probability,
+        caption=result.caption,
+        caption_status=result.caption_status,
+        warnings=result.warnings,
+        models=ServedModelInfo.of(result.models),
+    )
 
 
 # The requests that cost model time: the in-flight cap (AdmissionMiddleware) counts these.

@@ -34,8 +34,12 @@ async def readyz(request: Request, client: Client, settings: Settings) -> Health
     return error_body(request, 503, f"ensemble {settings.model_name} not ready at {settings.triton_url}")
 
 
-@router.get("/models", response_model=list[ModelState], responses=TRITON_DOWN,
-            summary="The models Triton serves, each with its build's manifest")
+@router.get(
+    "/models",
+    response_model=list[ModelState],
+    responses=TRITON_DOWN,
+    summary="The models Triton serves, each with its build's manifest",
+)
 async def models(client: Client) -> list[ModelState]:
     index, manifests = await asyncio.gather(client.repository_index(), _manifests(client))
     by_model = {manifest["model"]: manifest for manifest in manifests}

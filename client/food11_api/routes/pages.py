@@ -21,9 +21,13 @@ router.mount(SWAGGER_UI_PATH, StaticFiles(directory=SWAGGER_UI_DIR), name="swagg
 
 @router.get("/docs")
 async def swagger_ui(request: Request) -> HTMLResponse:
-    return get_swagger_ui_html(openapi_url=request.app.openapi_url, title=f"{request.app.title} - Swagger UI",
-                               swagger_js_url=f"{SWAGGER_UI_PATH}/swagger-ui-bundle.js",
-                               swagger_css_url=f"{SWAGGER_UI_PATH}/swagger-ui.css", swagger_favicon_url="data:,")
+    return get_swagger_ui_html(
+        openapi_url=request.app.openapi_url,
+        title=f"{request.app.title} - Swagger UI",
+        swagger_js_url=f"{SWAGGER_UI_PATH}/swagger-ui-bundle.js",
+        swagger_css_url=f"{SWAGGER_UI_PATH}/swagger-ui.css",
+        swagger_favicon_url="data:,",
+    )
 
 
 @router.get("/", response_class=HTMLResponse)

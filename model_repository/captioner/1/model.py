@@ -17,11 +17,14 @@ class TritonPythonModel:
                 f"{self.step.name}: {model_dir} is a STAND-IN BLIP ({standin['size']}, random weights): "
                 "its captions are MEANINGLESS. Build a real BLIP with scripts/build_models.py --blip."
             )
-        self.captioner = GreedyCaptioner.from_settings(settings, self.step.version_dir, self.step.on_gpu,
-                                                       self.step.device_id)
+        self.captioner = GreedyCaptioner.from_settings(
+            settings, self.step.version_dir, self.step.on_gpu, self.step.device_id
+        )
         choice = self.captioner.choice
-        self.step.logger.log_info(f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), "
-                                  f"providers {self.captioner.decoder.step.get_providers()}")
+        self.step.logger.log_info(
+            f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), "
+            f"providers {self.captioner.decoder.step.get_providers()}"
+        )
         if settings.warm_up:
             self.step.logger.log_info(f"{self.step.name}: warmed up in {self.captioner.warm_up():.2f} s")
 

@@ -40,22 +40,26 @@ class TritonPythonModel:
             for prediction in predictions
         ]
         prompts = [prompt for prompt, _ in plans]
-        captions, failure = await self._caption(pb_utils.get_input_tensor_by_name(request, EMBEDS_SENT.name), prompts,
-                                                request.trace())
+        captions, failure = await self._caption(
+            pb_utils.get_input_tensor_by_name(request, EMBEDS_SENT.name), prompts, request.trace()
+        )
         if failure and refused_under_load(failure):
             # Overload is the caller's to handle (retry later, elsewhere): refuse the request as the
             # captioner refused its call, rather than answer without a caption.
-            return self.step.error(f"the captioner is over capacity ({failure}): retry later",
-                                   pb_utils.TritonError.UNAVAILABLE)
+            return self.step.error(
+                f"the captioner is over capacity ({failure}): retry later", pb_utils.TritonError.UNAVAILABLE
+            )
         statuses = [failure or status for _, status in plans]
-        return pb_utils.InferenceResponse(output_tensors=[
-            bytes_tensor("LABEL", [prediction.label for prediction in predictions]),
-            pb_utils.Tensor("PROBABILITY", np.array([[p.probability] for p in predictions], dtype=np.float32)),
-            pb_utils.Tensor("PROBABILITIES", np.stack([p.probabilities for p in predictions])),
-            bytes_tensor("CAPTION", captions),
-            bytes_tensor("CAPTION_STATUS", statuses),
-            bytes_tensor("MODELS", [self.models] * len(predictions)),
-        ])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                bytes_tensor("LABEL", [prediction.label for prediction in predictions]),
+                pb_utils.Tensor("PROBABILITY", np.array([[p.probability] for p in predictions], dtype=np.float32)),
+                pb_utils.Tensor("PROBABILITIES", np.stack([p.probabilities for p in predictions])),
+                bytes_tensor("CAPTION", captions),
+                bytes_tensor("CAPTION_STATUS", statuses),
+                bytes_tensor("MODELS", [self.models] * len(predictions)),
+            ]
+        )
 
     async def _caption(self, image_embeds, prompts, trace):
         """(captions, None), or (empty captions, the status saying why) when the captioner let us down.

@@ -15,5 +15,6 @@ class TritonPythonModel:
         self.manifests = np.array([manifests_json(self.step.repository).encode("utf-8")], dtype=np.object_)
 
     def execute(self, requests):
-        return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("MANIFESTS", self.manifests)])
-                for _ in requests]
+        return [
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("MANIFESTS", self.manifests)]) for _ in requests
+        ]

@@ -28,7 +28,9 @@ class TritonPythonModel:
                 return self.step.error(f"image {index + 1} of {count}: {exc}")
             classifier[index] = tensors.classifier
             captioner[index] = tensors.captioner
-        return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor("CLASSIFIER_PIXELS", classifier),
-            pb_utils.Tensor("CAPTIONER_PIXELS", captioner),
-        ])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("CLASSIFIER_PIXELS", classifier),
+                pb_utils.Tensor("CAPTIONER_PIXELS", captioner),
+            ]
+        )
