@@ -157,10 +157,11 @@ def _manifests(response) -> list[dict]:
     return json.loads(response.as_numpy("MANIFESTS")[0])
 
 
-class Food11Client:
-    """Blocking client. ``caption([jpeg_bytes, png_bytes])`` -> one ``CaptionResult`` per image, in order.
-    ``url`` is any gRPC target: ``host:port``, ``dns:///host:port``, ``ipv4:a:port,b:port``.
-    A deadline (``timeout_s``) never cancels a call on a Triton that cannot survive it (cancellation.py)."""
+class _Connection:
+    """What both clients hold: the ensemble's name, the deadline, one gRPC channel (``_grpc``: tritonclient's
+    blocking or asyncio module) and the calls given up on."""
+
+    _grpc: Any
 
     def __init__(
         self,
@@ -171,9 +172,18 @@ class Food11Client:
     ):
         self.model = model
         self.timeout_s = timeout_s
-        self._client = grpcclient.InferenceServerClient(url, channel_args=channel_args(lb_policy))
+        self._client = self._grpc.InferenceServerClient(url, channel_args=channel_args(lb_policy))
         self._server_version: str | None = None
-        self._unanswered: set[threading.Event] = set()  # calls given up on, still running in Triton
+        self._unanswered: set = set()
+
+
+class Food11Client(_Connection):
+    """Blocking client. ``caption([jpeg_bytes, png_bytes])`` -> one ``CaptionResult`` per image, in order.
+    ``url`` is any gRPC target: ``host:port``, ``dns:///host:port``, ``ipv4:a:port,b:port``.
+    A deadline (``timeout_s``) never cancels a call on a Triton that cannot survive it (cancellation.py)."""
+
+    _grpc = grpcclient
+    _unanswered: set[threading.Event]  # calls given up on, still running in Triton
 
     def server_version(self) -> str:
         if self._server_version is None:
@@ -230,23 +240,13 @@ class Food11Client:
         self.close()
 
 
-class AsyncFood11Client:
+class AsyncFood11Client(_Connection):
     """asyncio client: one channel, many concurrent ``await caption(...)`` calls. Cancelling a ``caption``
     (a deadline, a client that hung up) cancels its Triton call only where Triton survives that
     (cancellation.py); elsewhere the call runs to its end and its answer is dropped."""
 
-    def __init__(
-        self,
-        url: str = DEFAULT_URL,
-        model: str = DEFAULT_MODEL,
-        timeout_s: float | None = None,
-        lb_policy: str = "round_robin",
-    ):
-        self.model = model
-        self.timeout_s = timeout_s
-        self._client = grpcclient_aio.InferenceServerClient(url, channel_args=channel_args(lb_policy))
-        self._server_version: str | None = None
-        self._unanswered: set[asyncio.Task] = set()
+    _grpc = grpcclient_aio
+    _unanswered: set[asyncio.Task]
 
     async def server_version(self) -> str:
         if self._server_version is None:

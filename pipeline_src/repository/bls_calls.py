@@ -79,32 +79,36 @@ def _check_forwarded(caller: ModelEntry, sent: BlsTensor, error: Complain) -> No
 
 def _check_sent(callee: ModelEntry, sent: BlsTensor, error: Complain) -> None:
     inputs = {tensor.name: tensor for tensor in callee.parsed_config.input}
-    if sent.name not in inputs:
-        error(
-            f"sends tensor '{sent.name}', which is not an input of model '{callee.name}' "
-            f"(its inputs: {', '.join(map(repr, inputs)) or 'none'})"
-        )
-        return
-    declared = _spec("the tensor sent", sent)
-    accepted = spec_of(f"'{callee.name}' input '{sent.name}'", inputs[sent.name], callee.batched)
-    why = edge_mismatch(declared, accepted)
-    if why:
-        error(describe_edge_mismatch(sent.name, declared, accepted, why))
+    missing = f"sends tensor '{sent.name}', which is not an input of model '{callee.name}' (its inputs: "
+    _check_edge(callee, sent, inputs, missing, "the tensor sent", "input", error, sending=True)
 
 
 def _check_read(callee: ModelEntry, read: BlsTensor, error: Complain) -> None:
     outputs = {tensor.name: tensor for tensor in callee.parsed_config.output}
-    if read.name not in outputs:
-        error(
-            f"reads output '{read.name}', which model '{callee.name}' does not have "
-            f"(its outputs: {', '.join(map(repr, outputs)) or 'none'})"
-        )
+    missing = f"reads output '{read.name}', which model '{callee.name}' does not have (its outputs: "
+    _check_edge(callee, read, outputs, missing, "the output read", "output", error, sending=False)
+
+
+def _check_edge(
+    callee: ModelEntry,
+    tensor: BlsTensor,
+    declared: dict,
+    missing: str,
+    label: str,
+    kind: str,
+    error: Complain,
+    sending: bool,
+) -> None:
+    """The callee has the tensor, and what flows along the edge fits both ends (sender first)."""
+    if tensor.name not in declared:
+        error(f"{missing}{', '.join(map(repr, declared)) or 'none'})")
         return
-    given = spec_of(f"'{callee.name}' output '{read.name}'", outputs[read.name], callee.batched)
-    expected = _spec("the output read", read)
-    why = edge_mismatch(given, expected)
+    ours = _spec(label, tensor)
+    theirs = spec_of(f"'{callee.name}' {kind} '{tensor.name}'", declared[tensor.name], callee.batched)
+    source, target = (ours, theirs) if sending else (theirs, ours)
+    why = edge_mismatch(source, target)
     if why:
-        error(describe_edge_mismatch(read.name, given, expected, why))
+        error(describe_edge_mismatch(tensor.name, source, target, why))
 
 
 def _spec(label: str, tensor: BlsTensor) -> TensorSpec:

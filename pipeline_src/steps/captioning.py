@@ -68,6 +68,7 @@ class TextDecoder:
         device_id: int = 0,
         intra_op_threads: int = 0,
     ):
+        self.directory = directory
         self.shape = json.loads((directory / DECODER_SHAPE_FILE).read_text())
         self.cross_names, self.past_names, self.present_names = (
             cache_names(kind, self.shape["layers"]) for kind in ("cross", "past", "present")
@@ -179,29 +180,23 @@ class GreedyCaptioner:
         baseline alike."""
         graphs_dir = version_dir / settings.graphs_dir
         choice = settings.choose_precision(graphs_dir, on_gpu)
-        return cls.load(
-            graphs_dir,
-            choice.precision,
-            on_gpu,
-            device_id,
-            settings.intra_op_threads,
+        decoder = TextDecoder(graphs_dir, choice.precision, on_gpu, device_id, settings.intra_op_threads)
+        return cls.over(
+            decoder,
             max_new_tokens=settings.max_new_tokens,
             repetition_penalty=settings.repetition_penalty,
             choice=choice,
         )
 
     @classmethod
-    def load(
-        cls,
-        graphs_dir: Path,
-        precision: str = "fp32",
-        on_gpu: bool = False,
-        device_id: int = 0,
-        intra_op_threads: int = 0,
-        **generation,
-    ) -> GreedyCaptioner:
-        decoder = TextDecoder(graphs_dir, precision, on_gpu, device_id, intra_op_threads)
-        return cls(decoder, tokenizers.Tokenizer.from_file(str(graphs_dir / TOKENIZER_FILE)), **generation)
+    def load(cls, graphs_dir: Path, precision: str = "fp32", **generation) -> GreedyCaptioner:
+        """On the CPU with ONNX Runtime's default threads (tests, benchmarks); the step uses from_settings."""
+        return cls.over(TextDecoder(graphs_dir, precision), **generation)
+
+    @classmethod
+    def over(cls, decoder: TextDecoder, **generation) -> GreedyCaptioner:
+        """A captioner over ``decoder``, with the tokenizer the build wrote beside its graphs."""
+        return cls(decoder, tokenizers.Tokenizer.from_file(str(decoder.directory / TOKENIZER_FILE)), **generation)
 
     def text_tokenizer(self) -> tokenizers.Tokenizer:
         if self.tokenizer is None:

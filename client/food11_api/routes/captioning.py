@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Request, Response, UploadFile
 from fastapi.routing import APIRoute
@@ -40,13 +40,7 @@ async def caption(
     started = time.perf_counter()
     result = await caption_one(request, client, answers, await photo.read(), response)
     return CaptionResponse(
-        label=result.label,
-        probability=result.probability,
-        caption=result.caption,
-        caption_status=result.caption_status,
-        warnings=result.warnings,
-        models=ServedModelInfo.of(result.models),
-        elapsed_ms=(time.perf_counter() - started) * 1000,
+        label=result.label, elapsed_ms=(time.perf_counter() - started) * 1000, **_answer_fields(result)
     )
 
 
@@ -57,14 +51,18 @@ async def predict(
     body: PredictRequest, client: Client, answers: Answers, request: Request, response: Response
 ) -> PredictResponse:
     result = await caption_one(request, client, answers, body.image, response)
-    return PredictResponse(
-        prediction=result.label,
-        probability=result.probability,
-        caption=result.caption,
-        caption_status=result.caption_status,
-        warnings=result.warnings,
-        models=ServedModelInfo.of(result.models),
-    )
+    return PredictResponse(prediction=result.label, **_answer_fields(result))
+
+
+def _answer_fields(result: CaptionResult) -> dict[str, Any]:
+    """What both endpoints answer beside the label (which /predict calls ``prediction``)."""
+    return {
+        "probability": result.probability,
+        "caption": result.caption,
+        "caption_status": result.caption_status,
+        "warnings": result.warnings,
+        "models": ServedModelInfo.of(result.models),
+    }
 
 
 # The requests that cost model time: the in-flight cap (AdmissionMiddleware) counts these.
