@@ -14,6 +14,7 @@ import asyncio
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -79,7 +80,7 @@ async def benchmark(
             await run_load(call, photos, 4, 12)
         for concurrency in levels:
             before = {model: await executions(triton_stats, model) for model in BATCHED_STEPS}
-            samples = {name: ([], [], 0.0) for name in paths}
+            samples: dict[str, Any] = {name: ([], [], 0.0) for name in paths}
             for round_index in range(rounds):
                 order = list(paths) if round_index % 2 == 0 else list(reversed(paths))
                 for name in order:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import subprocess
 import sys
@@ -184,7 +185,7 @@ def soak(triton: TritonServer, photos: list[bytes], concurrency: int, seconds: f
 
             return await run_load(call, photos, concurrency, 100_000, until=time.monotonic() + seconds)
 
-    with MemorySampler([triton.process.pid], every_s=10.0) as sampler:
+    with MemorySampler([triton.pid], every_s=10.0) as sampler:
         latencies, _, wall = asyncio.run(load())
     return {
         "concurrency": concurrency,
@@ -203,9 +204,9 @@ def offline_limit(repository: Path, photos: list[bytes], batches=(1, 2, 4, 8, 16
     throughput = {}
     for batch in batches:
         chosen = [photos[i % len(photos)] for i in range(batch)]
-        throughput[batch] = batch / best_seconds(lambda chosen=chosen: pipeline(chosen), repeats=1)
+        throughput[batch] = batch / best_seconds(functools.partial(pipeline, chosen), repeats=1)
         print(json.dumps({"offline_batch": batch, "img_per_s": throughput[batch]}), flush=True)
-    best = max(throughput, key=throughput.get)
+    best = max(throughput, key=lambda batch: throughput[batch])
     return {
         "step_ms_batch_1": step_ms,
         "sum_step_ms_batch_1": sum(step_ms.values()),
@@ -375,7 +376,7 @@ def main(argv=None) -> None:
 
     with TritonServer(repository, scratch / "triton", free_ports(), log_file=scratch / "tritonserver.log") as triton:
         asyncio.run(_warm_up(triton.grpc_url, photos))
-        memory_before = server_memory_mib(triton.process.pid)
+        memory_before = server_memory_mib(triton.pid)
         rows, splits = perf_sweep(triton, input_files, args, scratch)
         api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
         try:
@@ -384,7 +385,7 @@ def main(argv=None) -> None:
         finally:
             api.stop()
         soaked = soak(triton, photos, args.soak_concurrency, args.soak_seconds) if args.soak_seconds > 0 else {}
-        memory_after = server_memory_mib(triton.process.pid)
+        memory_after = server_memory_mib(triton.pid)
     course_rows = course_baseline(repository, photos, args)
     offline = offline_limit(repository, photos)
 

@@ -20,6 +20,7 @@ import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -157,7 +158,7 @@ def measure(shape: tuple[int, ...], requests: int, rounds: int, warmup: int) -> 
                 answer = client.infer(path, [tensor]).as_numpy("Y")
                 assert np.array_equal(answer, values), f"{path} does not answer Y = X"
                 run_path(client, path, [tensor], warmup)
-            samples = {path: ([], 0.0, 0, 0) for path in PATHS}
+            samples: dict[str, Any] = {path: ([], 0.0, 0, 0) for path in PATHS}
             order = list(PATHS)
             for _ in range(rounds):
                 for path in order:

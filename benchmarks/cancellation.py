@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import tritonclient.grpc.aio as grpcclient_aio
 from tritonclient.utils import InferenceServerException
@@ -65,7 +66,7 @@ def trial(repository: Path, way: str, deadline_s: float, rounds: int, concurrenc
             asyncio.run(raw_call(server.grpc_url, None))
         except InferenceServerException:
             return False
-        return server.process.poll() is None
+        return server.is_running
 
 
 def main(argv=None) -> None:
@@ -82,7 +83,7 @@ def main(argv=None) -> None:
         repository = PROJECT_ROOT / "build" / "cancellation" / "model_repository"
         if not (repository / "captioner" / "1" / "text_decoder").exists():
             build_repository_copy(repository, blip_standin="tiny")
-    seen = {}
+    seen: dict[str, Any] = {}
     rows = [
         {
             "way": way,

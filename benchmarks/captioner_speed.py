@@ -25,6 +25,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -129,7 +130,7 @@ def served(
                 max(window, concurrency),
                 bls_composing=bls_callees(repository, ENSEMBLE),
             )
-            memory = server_memory_mib(server.process.pid)
+            memory = server_memory_mib(server.pid)
             rows.append(
                 {
                     "path": label,
@@ -207,7 +208,7 @@ def previous(args, input_file: Path, scratch: Path) -> list[dict]:
 def main(argv=None) -> None:
     args = parse_args(argv)
     photos = varied_photos(args.photos)
-    result = {"photos": len(photos)}
+    result: dict[str, Any] = {"photos": len(photos)}
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         input_file = write_input_data(args.repository, photos, scratch / "input")[ENSEMBLE]

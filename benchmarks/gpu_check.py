@@ -167,10 +167,14 @@ def main(argv=None):
     ):
         try:
             if tf32 is not None:
-                onnx_runtime.execution_providers = lambda on_gpu, device_id=0, tf32=tf32: [
-                    ("CUDAExecutionProvider", {"device_id": device_id, "use_tf32": tf32}),
-                    "CPUExecutionProvider",
-                ]
+
+                def providers(on_gpu: bool, device_id: int = 0, tf32: int = tf32) -> list:
+                    return [
+                        ("CUDAExecutionProvider", {"device_id": device_id, "use_tf32": tf32}),
+                        "CPUExecutionProvider",
+                    ]
+
+                onnx_runtime.execution_providers = providers
             vision = OnnxModel(WORK / "vision.onnx", on_gpu=on_gpu)
             decoder = TextDecoder(WORK / "text", on_gpu=on_gpu)
             figures = blip_fidelity.measure(reference, vision, decoder, pixels, 20)

@@ -62,7 +62,8 @@ class LoopLag:
         return self
 
     async def __aexit__(self, *exc_info) -> None:
-        self._task.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
     def summary(self) -> dict:
         lags_ms = np.asarray(self.lags_s or [0.0]) * 1000
@@ -226,7 +227,7 @@ def main(argv=None) -> None:
         try:
             api.wait_until_alive()
             result = asyncio.run(
-                measure(api.url, triton.grpc_url, (triton.process.pid, api.process.pid), args.levels, args.seconds)
+                measure(api.url, triton.grpc_url, (triton.pid, api.process.pid), args.levels, args.seconds)
             )
         finally:
             api.stop()

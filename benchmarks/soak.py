@@ -99,7 +99,7 @@ def main(argv=None) -> None:
                     photos,
                     args.requests,
                     args.concurrency,
-                    server_pids=(triton.process.pid, api.process.pid),
+                    server_pids=(triton.pid, api.process.pid),
                 )
             )
         finally:

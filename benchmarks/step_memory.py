@@ -29,7 +29,7 @@ from pipeline_src.serving.launcher import TritonServer, free_ports
 def measure(repository: Path, concurrency: int, rounds: int) -> dict:
     photos = varied_photos(8)
     with tempfile.TemporaryDirectory() as work, TritonServer(repository, Path(work), free_ports()) as server:
-        at_start = memory_by_model_mib(server.process.pid)
+        at_start = memory_by_model_mib(server.pid)
         idle = {name: group["pss_mib"] for name, group in at_start.items()}
         instances = {name: group["processes"] for name, group in at_start.items()}
 
@@ -39,7 +39,7 @@ def measure(repository: Path, concurrency: int, rounds: int) -> dict:
                     client.caption([photos[(index + round_) % len(photos)]])
 
         callers = [threading.Thread(target=caller, args=(index,)) for index in range(concurrency)]
-        with MemorySampler([server.process.pid], every_s=1.0, by_model=True) as sampler:
+        with MemorySampler([server.pid], every_s=1.0, by_model=True) as sampler:
             for thread in callers:
                 thread.start()
             for thread in callers:

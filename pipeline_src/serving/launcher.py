@@ -207,6 +207,12 @@ class TritonServer:
         self.process: subprocess.Popen | None = None
 
     @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise RuntimeError("tritonserver has not been started")
+        return self.process.pid
+
+    @property
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
