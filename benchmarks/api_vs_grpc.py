@@ -159,7 +159,8 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         repository = args.repository or build_repository_copy(Path(scratch) / "model_repository", args.blip_standin)
         with TritonServer(repository, Path(scratch) / "triton", free_ports()) as triton:
-            api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
+            # Every caller admitted, as gRPC admits them: the comparison is of the hop, not of the API's cap.
+            api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url, max_in_flight=max(args.concurrency))
             try:
                 api.wait_until_alive()
                 rows = asyncio.run(

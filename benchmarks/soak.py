@@ -88,7 +88,8 @@ def main(argv=None) -> None:
     repository = (args.model_repository or tiny_repository()).resolve()
     photos = varied_photos(args.photos)
     with TritonServer(repository, SCRATCH / "triton", free_ports(), log_file=SCRATCH / "tritonserver.log") as triton:
-        api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
+        # Every caller admitted: the soak checks answers under load; refusing the excess is make overload's.
+        api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url, max_in_flight=args.concurrency)
         try:
             api.wait_until_alive()
             print(f"soaking: {args.requests} requests at concurrency {args.concurrency} through {api.url}", flush=True)

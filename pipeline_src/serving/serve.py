@@ -74,9 +74,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 class ApiProcess:
     """``python -m food11_api`` as a child process, configured through FOOD11_API_* variables."""
 
-    def __init__(self, host: str, port: int, triton_grpc_url: str):
+    def __init__(self, host: str, port: int, triton_grpc_url: str, **settings: object):
+        """``settings``: more of the API's settings by name (``max_in_flight=16``: FOOD11_API_MAX_IN_FLIGHT)."""
         self.url = f"http://{reachable_host(host)}:{port}"
         env = dict(os.environ, FOOD11_API_HOST=host, FOOD11_API_PORT=str(port), FOOD11_API_TRITON_URL=triton_grpc_url)
+        env |= {f"FOOD11_API_{name.upper()}": str(value) for name, value in settings.items()}
         self.process = spawn([sys.executable, "-m", "food11_api"], env=env)
 
     def wait_until_alive(self, timeout_s: float = 60.0) -> None:
