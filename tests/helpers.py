@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import io
 import struct
+import sys
 import zlib
 from pathlib import Path
 
 import httpx
 import numpy as np
 from PIL import Image
+
+from pipeline_src import PROJECT_ROOT
 
 PHOTOS_DIR = Path(__file__).parent / "photos"
 FRUIT_PHOTOS = ("apple.jpg", "orange.jpg", "fruits.jpg")
@@ -55,3 +58,24 @@ def png_header_only(width: int, height: int) -> bytes:
         + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
         + chunk(b"IEND", b"")
     )
+
+
+def serve_command(model_repository, tmp_path, ports, *extra) -> list[str]:
+    """scripts/serve.py on ``ports``, its state and log under ``tmp_path``; ``extra``: more of its options."""
+    return [
+        sys.executable,
+        str(PROJECT_ROOT / "scripts" / "serve.py"),
+        "--model-repository",
+        str(model_repository),
+        "--http-port",
+        str(ports.http),
+        "--grpc-port",
+        str(ports.grpc),
+        "--metrics-port",
+        str(ports.metrics),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--log-file",
+        str(tmp_path / "server.log"),
+        *extra,
+    ]

@@ -50,13 +50,12 @@ def memory_by_model_mib(pid: int) -> dict[str, dict[str, float]]:
         if memory is None:  # gone, or not ours to read
             continue
         model_file = next((Path(part) for part in command if part.endswith("model.py")), None)
-        name = (
-            "tritonserver"
-            if process.pid == pid
-            else model_file.parent.parent.name
-            if model_file
-            else " ".join(command[:2])
-        )
+        if process.pid == pid:
+            name = "tritonserver"
+        elif model_file is not None:
+            name = model_file.parent.parent.name  # <repository>/<model>/<version>/model.py
+        else:
+            name = " ".join(command[:2])
         group = groups.setdefault(name, {"pss_mib": 0.0, "processes": 0})
         group["pss_mib"] += getattr(memory, "pss", memory.rss) / 2**20
         group["processes"] += 1

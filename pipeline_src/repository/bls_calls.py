@@ -55,13 +55,13 @@ def _check_call(
     for sent in call.inputs:
         if sent.forwarded:
             _check_forwarded(caller, sent, error)
-        _check_sent(callee, sent, error)
+        _check_callee_end(callee, sent, error, sending=True)
     sent_names = {tensor.name for tensor in call.inputs}
     for tensor in callee.config.input:
         if tensor.name not in sent_names and not tensor.optional:
             error(f"does not send input '{tensor.name}' of model '{callee.name}', which is not optional")
     for read in call.outputs:
-        _check_read(callee, read, error)
+        _check_callee_end(callee, read, error, sending=False)
 
 
 def _check_forwarded(caller: ModelEntry, sent: BlsTensor, error: Complain) -> None:
@@ -71,44 +71,32 @@ def _check_forwarded(caller: ModelEntry, sent: BlsTensor, error: Complain) -> No
         error(f"forwards this step's input '{sent.name}', which its config does not declare")
         return
     own_spec = spec_of(f"this step's input '{sent.name}'", own, caller.batched)
-    declared = _spec("the tensor sent", sent)
-    why = edge_mismatch(own_spec, declared)
-    if why:
-        error(describe_edge_mismatch(sent.name, own_spec, declared, why))
+    _check_fit(sent.name, own_spec, _spec("the tensor sent", sent), error)
 
 
-def _check_sent(callee: ModelEntry, sent: BlsTensor, error: Complain) -> None:
-    inputs = {tensor.name: tensor for tensor in callee.parsed_config.input}
-    missing = f"sends tensor '{sent.name}', which is not an input of model '{callee.name}' (its inputs: "
-    _check_edge(callee, sent, inputs, missing, "the tensor sent", "input", error, sending=True)
-
-
-def _check_read(callee: ModelEntry, read: BlsTensor, error: Complain) -> None:
-    outputs = {tensor.name: tensor for tensor in callee.parsed_config.output}
-    missing = f"reads output '{read.name}', which model '{callee.name}' does not have (its outputs: "
-    _check_edge(callee, read, outputs, missing, "the output read", "output", error, sending=False)
-
-
-def _check_edge(
-    callee: ModelEntry,
-    tensor: BlsTensor,
-    declared: dict,
-    missing: str,
-    label: str,
-    kind: str,
-    error: Complain,
-    sending: bool,
-) -> None:
-    """The callee has the tensor, and what flows along the edge fits both ends (sender first)."""
+def _check_callee_end(callee: ModelEntry, tensor: BlsTensor, error: Complain, sending: bool) -> None:
+    """The callee has the tensor (an input it is sent, or an output read from it), and what flows along the
+    edge fits both ends."""
+    kind = "input" if sending else "output"
+    declared = {t.name: t for t in (callee.parsed_config.input if sending else callee.parsed_config.output)}
     if tensor.name not in declared:
-        error(f"{missing}{', '.join(map(repr, declared)) or 'none'})")
+        listing = ", ".join(map(repr, declared)) or "none"
+        if sending:
+            error(
+                f"sends tensor '{tensor.name}', which is not an input of model '{callee.name}' (its inputs: {listing})"
+            )
+        else:
+            error(f"reads output '{tensor.name}', which model '{callee.name}' does not have (its outputs: {listing})")
         return
-    ours = _spec(label, tensor)
+    ours = _spec("the tensor sent" if sending else "the output read", tensor)
     theirs = spec_of(f"'{callee.name}' {kind} '{tensor.name}'", declared[tensor.name], callee.batched)
-    source, target = (ours, theirs) if sending else (theirs, ours)
+    _check_fit(tensor.name, *((ours, theirs) if sending else (theirs, ours)), error)
+
+
+def _check_fit(name: str, source: TensorSpec, target: TensorSpec, error: Complain) -> None:
     why = edge_mismatch(source, target)
     if why:
-        error(describe_edge_mismatch(tensor.name, source, target, why))
+        error(describe_edge_mismatch(name, source, target, why))
 
 
 def _spec(label: str, tensor: BlsTensor) -> TensorSpec:

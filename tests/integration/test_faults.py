@@ -7,7 +7,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -16,12 +15,11 @@ import httpx
 import psutil
 import pytest
 import tritonclient.grpc as grpcclient
-from helpers import APPLE, post_photo
+from helpers import APPLE, post_photo, serve_command
 from prometheus_client.parser import text_string_to_metric_families
 
 from food11_client import Food11Client
 from food11_client.cancellation import cancels_safely
-from pipeline_src import PROJECT_ROOT
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 pytestmark = pytest.mark.integration
@@ -166,24 +164,7 @@ def test_a_step_that_fails_to_load_is_named_with_its_reason(model_repository, tm
     )
     assert '"-3"' in config.read_text()
     ports = free_ports()
-    command = [
-        sys.executable,
-        str(PROJECT_ROOT / "scripts" / "serve.py"),
-        "--model-repository",
-        str(broken),
-        "--no-api",
-        "--skip-validation",
-        "--work-dir",
-        str(tmp_path / "work"),
-        "--log-file",
-        str(tmp_path / "server.log"),
-        "--http-port",
-        str(ports.http),
-        "--grpc-port",
-        str(ports.grpc),
-        "--metrics-port",
-        str(ports.metrics),
-    ]
+    command = serve_command(broken, tmp_path, ports, "--no-api", "--skip-validation")
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 1
     # Triton's own exit code is 1, or -11: 2.51 sometimes dies of SIGSEGV while shutting down after a failed

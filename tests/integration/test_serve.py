@@ -7,36 +7,15 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import urllib.request
 
 import psutil
 import pytest
+from helpers import serve_command
 
-from pipeline_src import PROJECT_ROOT
 from pipeline_src.serving.launcher import free_port, free_ports
 
 pytestmark = pytest.mark.integration
-
-
-def serve_command(model_repository, tmp_path, ports, *extra) -> list[str]:
-    return [
-        sys.executable,
-        str(PROJECT_ROOT / "scripts" / "serve.py"),
-        "--model-repository",
-        str(model_repository),
-        "--http-port",
-        str(ports.http),
-        "--grpc-port",
-        str(ports.grpc),
-        "--metrics-port",
-        str(ports.metrics),
-        "--work-dir",
-        str(tmp_path / "work"),
-        "--log-file",
-        str(tmp_path / "server.log"),
-        *extra,
-    ]
 
 
 @contextlib.contextmanager
