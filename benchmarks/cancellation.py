@@ -36,7 +36,7 @@ async def raw_call(url: str, deadline_s: float | None) -> None:
         await client.infer(
             "food11_pipeline",
             _inputs(grpcclient_aio, [APPLE]),
-            outputs=_outputs(grpcclient_aio),
+            outputs=_outputs(grpcclient_aio, ()),
             client_timeout=deadline_s,
         )
 

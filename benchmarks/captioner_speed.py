@@ -32,6 +32,7 @@ import tritonclient.grpc as grpcclient
 
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.contract import CaptionStatus
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.in_process import InProcessPipeline, step_settings
@@ -43,7 +44,7 @@ from pipeline_src.profiling.report import markdown_table
 from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_ports
-from pipeline_src.steps.classification import STATUS_OK, build_prompt
+from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.precision import read_fidelity
 from pipeline_src.steps.settings import LabelAndCaptionSettings
 
@@ -170,7 +171,7 @@ def caption_check(grpc_url: str, repository: Path, photos: list[bytes]) -> dict:
     template = step_settings(
         repository, "label_and_caption", LabelAndCaptionSettings
     ).prompt_template  # the prompt the pipeline used
-    prompts = [build_prompt(template, r.label) if r.caption_status == STATUS_OK else "" for r in results]
+    prompts = [build_prompt(template, r.label) if r.caption_status == CaptionStatus.OK else "" for r in results]
     course = HuggingFaceCaptioner.load(repository / "captioner" / "1" / "blip", max_new_tokens=20)
     expected = course.caption(pixels, prompts)
     return {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -9,6 +11,7 @@ from starlette.formparsers import MultiPartParser
 
 from food11_api.dependencies import get_client
 from food11_api.errors import EXCEPTION_HANDLERS
+from food11_api.extra_outputs import learn_extra_outputs, with_extra_outputs
 from food11_api.metrics import ModelAnswers, Refusals, instrument
 from food11_api.middleware import (
     AdmissionMiddleware,
@@ -32,7 +35,12 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.client = AsyncFood11Client(
             settings.triton_url, settings.model_name, timeout_s=settings.deadline_s, lb_policy=settings.grpc_lb_policy
         )
+        # The ensemble's own outputs, for the schema; the first /caption would learn them too.
+        learning = asyncio.create_task(learn_extra_outputs(app.state.client))
         yield
+        learning.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await learning
         await app.state.client.close()
 
     app = FastAPI(
@@ -67,4 +75,12 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.include_router(captioning.router)
     app.include_router(health.router)
     app.include_router(pages.router)
+
+    base_openapi = app.openapi  # FastAPI's, which caches the schema of the routes
+
+    def openapi() -> dict:
+        client = getattr(app.state, "client", None)
+        return with_extra_outputs(base_openapi(), client.known_extra_outputs if client else None)
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Base64Bytes, BaseModel, Field, StringConstraints
 
+from food11_api.extra_outputs import EXTRA_DOC
 from food11_client import ServedModel
+from pipeline_src.contract import CaptionStatus
 from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
-from pipeline_src.steps.classification import STATUS_ERROR, STATUS_LOW_CONFIDENCE, STATUS_OK, STATUS_TIMEOUT
 
 # What the offline defaults answer with: Swagger's examples say so, as the page does.
 STANDIN_WARNINGS = [BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING]
@@ -28,15 +28,6 @@ MODELS_EXAMPLE = [
         "warning": STANDIN_WARNINGS[0],
     }
 ]
-
-
-class CaptionStatus(str, Enum):
-    """The code a caption_status starts with, as the label_and_caption step writes it."""
-
-    OK = STATUS_OK
-    LOW_CONFIDENCE = STATUS_LOW_CONFIDENCE
-    CAPTIONER_TIMEOUT = STATUS_TIMEOUT
-    CAPTIONER_ERROR = STATUS_ERROR
 
 
 # A code may be followed by ": <detail>" (the timeout, the captioner's error): the status goes out as the
@@ -89,6 +80,7 @@ class CaptionResponse(BaseModel):
         description="which models answered: Triton's names and versions, what each is, its weights' hash",
         examples=[MODELS_EXAMPLE],
     )
+    extra: dict[str, Any] = Field(default_factory=dict, description=EXTRA_DOC, examples=[{}])
     elapsed_ms: float = Field(description="time this API spent on the request, milliseconds", examples=[41.7])
 
 
@@ -108,6 +100,7 @@ class PredictResponse(BaseModel):
     caption_status: CaptionStatusText
     warnings: list[str] = Field(description=WARNINGS_DOC, examples=[STANDIN_WARNINGS])
     models: list[ServedModelInfo] = Field(description="which models answered", examples=[MODELS_EXAMPLE])
+    extra: dict[str, Any] = Field(default_factory=dict, description=EXTRA_DOC, examples=[{}])
 
 
 class ErrorResponse(BaseModel):

@@ -7,8 +7,8 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -18,12 +18,11 @@ from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
 from tritonclient.utils import InferenceServerException
 
 from food11_client.cancellation import DRAIN_ON_CLOSE_S, cancels_safely, gave_up
-from pipeline_src.steps.bls import refused_under_load
+from pipeline_src import contract
+from pipeline_src.contract import CORE_OUTPUTS, MANIFESTS_MODEL, refused_under_load
 
 DEFAULT_URL = "127.0.0.1:8001"
-DEFAULT_MODEL = "food11_pipeline"
-OUTPUTS = ("LABEL", "PROBABILITY", "CAPTION", "CAPTION_STATUS", "MODELS")
-MANIFESTS_MODEL = "model_manifests"  # the step that serves the loaded models' manifests
+DEFAULT_MODEL = contract.ENSEMBLE
 
 
 def channel_args(lb_policy: str = "round_robin") -> list[tuple[str, object]]:
@@ -63,12 +62,25 @@ class ServedModel:
 
 
 @dataclass(frozen=True)
+class OutputSpec:
+    """An output the ensemble declares beyond the core contract (a step someone added), as Triton's model
+    metadata describes it."""
+
+    name: str
+    datatype: str  # Triton's: BYTES, FP32, INT64, BOOL, ...
+    shape: tuple[int, ...]  # one row's, without the batch dimension; -1: any size
+
+
+@dataclass(frozen=True)
 class CaptionResult:
     label: str
     probability: float
     caption: str
     caption_status: str  # "ok", "low_confidence", "captioner_timeout: ...", "captioner_error: ..."
     models: tuple[ServedModel, ...] = ()
+    # Every output the ensemble declares beyond the core contract, by name: this photo's row as JSON values
+    # (a one-element row as its value, others as lists; BYTES as text). Empty for the shipped ensemble.
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
@@ -127,13 +139,30 @@ def _translate(exc: InferenceServerException) -> PipelineError:
 def _inputs(module, images: Sequence[bytes]) -> list:
     if not images:
         raise ValueError("no images to caption")
-    tensor = module.InferInput("IMAGE", [len(images), 1], "BYTES")
+    tensor = module.InferInput(contract.IMAGE, [len(images), 1], "BYTES")
     tensor.set_data_from_numpy(np.array(images, dtype=np.object_).reshape(-1, 1))
     return [tensor]
 
 
-def _outputs(module) -> list:
-    return [module.InferRequestedOutput(name) for name in OUTPUTS]
+def _outputs(module, extra: Sequence[OutputSpec]) -> list:
+    return [module.InferRequestedOutput(name) for name in (*CORE_OUTPUTS, *(spec.name for spec in extra))]
+
+
+def _extra_outputs(metadata) -> tuple[OutputSpec, ...]:
+    """The outputs of a batched model's metadata beyond the core contract (their shapes lose the batch axis)."""
+    return tuple(
+        OutputSpec(output.name, output.datatype, tuple(int(size) for size in output.shape[1:]))
+        for output in metadata.outputs
+        if output.name not in CORE_OUTPUTS
+    )
+
+
+def _json_row(row: np.ndarray) -> Any:
+    """One photo's row of an output as JSON values: BYTES as text, a one-element row as its value."""
+    if row.dtype == np.object_:
+        row = np.vectorize(lambda value: value.decode("utf-8", "replace"), otypes=[object])(row)
+    value = row.tolist()
+    return value[0] if row.shape == (1,) else value
 
 
 @functools.lru_cache(maxsize=8)
@@ -145,16 +174,26 @@ def _served_models(models_json: bytes) -> tuple[ServedModel, ...]:
     )
 
 
-def _results(response) -> list[CaptionResult]:
-    labels, probabilities, captions, statuses, models = (response.as_numpy(name).reshape(-1) for name in OUTPUTS)
+def _results(response, extra: Sequence[OutputSpec]) -> list[CaptionResult]:
+    labels, probabilities, captions, statuses, models = (response.as_numpy(name).reshape(-1) for name in CORE_OUTPUTS)
+    extras = {spec.name: response.as_numpy(spec.name) for spec in extra}
     return [
-        CaptionResult(label.decode(), float(probability), caption.decode(), status.decode(), _served_models(served))
-        for label, probability, caption, status, served in zip(labels, probabilities, captions, statuses, models)
+        CaptionResult(
+            label.decode(),
+            float(probability),
+            caption.decode(),
+            status.decode(),
+            _served_models(served),
+            {name: _json_row(rows[index]) for name, rows in extras.items()},
+        )
+        for index, (label, probability, caption, status, served) in enumerate(
+            zip(labels, probabilities, captions, statuses, models)
+        )
     ]
 
 
 def _manifests(response) -> list[dict]:
-    return json.loads(response.as_numpy("MANIFESTS")[0])
+    return json.loads(response.as_numpy(contract.MANIFESTS)[0])
 
 
 class _Connection:
@@ -174,7 +213,13 @@ class _Connection:
         self.timeout_s = timeout_s
         self._client = self._grpc.InferenceServerClient(url, channel_args=channel_args(lb_policy))
         self._server_version: str | None = None
+        self._extra: tuple[OutputSpec, ...] | None = None  # from the model's metadata, once
         self._unanswered: set = set()
+
+    @property
+    def known_extra_outputs(self) -> tuple[OutputSpec, ...] | None:
+        """The outputs beyond the core contract, once learnt from Triton (None before)."""
+        return self._extra
 
 
 class Food11Client(_Connection):
@@ -193,14 +238,24 @@ class Food11Client(_Connection):
                 raise _translate(exc) from exc
         return self._server_version
 
+    def extra_outputs(self) -> tuple[OutputSpec, ...]:
+        """The outputs the ensemble declares beyond the core contract (Triton's model metadata, asked once)."""
+        if self._extra is None:
+            try:
+                self._extra = _extra_outputs(self._client.get_model_metadata(self.model))
+            except InferenceServerException as exc:
+                raise _translate(exc) from exc
+        return self._extra
+
     def caption(self, images: Sequence[bytes]) -> list[CaptionResult]:
-        inputs, outputs = _inputs(grpcclient, images), _outputs(grpcclient)
+        extra = self.extra_outputs()
+        inputs, outputs = _inputs(grpcclient, images), _outputs(grpcclient, extra)
         if self.timeout_s is None or cancels_safely(self.server_version()):
             try:
                 response = self._client.infer(self.model, inputs, outputs=outputs, client_timeout=self.timeout_s)
             except InferenceServerException as exc:
                 raise _translate(exc) from exc
-            return _results(response)
+            return _results(response, extra)
         answered, answer = threading.Event(), dict[str, Any]()
         # The deadline counts from the call, as gRPC's would, and an answer after it is late whenever it is
         # read: a thread kept off the CPU until after the answer came must not turn a late answer into a
@@ -218,7 +273,7 @@ class Food11Client(_Connection):
             raise DeadlineExceededError(gave_up(self.timeout_s, self.server_version()), "StatusCode.DEADLINE_EXCEEDED")
         if answer["error"] is not None:
             raise _translate(answer["error"]) from answer["error"]
-        return _results(answer["result"])
+        return _results(answer["result"], extra)
 
     def manifests(self) -> list[dict]:
         """The whole manifest of each served model with one (what it is, source, file hashes, fidelity)."""
@@ -256,30 +311,43 @@ class AsyncFood11Client(_Connection):
                 raise _translate(exc) from exc
         return self._server_version
 
+    async def extra_outputs(self) -> tuple[OutputSpec, ...]:
+        """The outputs the ensemble declares beyond the core contract (Triton's model metadata, asked once)."""
+        if self._extra is None:
+            try:
+                self._extra = _extra_outputs(await self._client.get_model_metadata(self.model))
+            except InferenceServerException as exc:
+                raise _translate(exc) from exc
+        return self._extra
+
     async def cancels_calls(self) -> bool:
         """Whether giving up on a call cancels it inside Triton."""
         return cancels_safely(await self.server_version())
 
     async def caption(self, images: Sequence[bytes], timeout_s: float | None = None) -> list[CaptionResult]:
         timeout_s = timeout_s or self.timeout_s
+        extra = await self.extra_outputs()
         if await self.cancels_calls():
-            return _results(await self._infer(images, timeout_s))
-        call = asyncio.ensure_future(self._infer(images, None))
+            return _results(await self._infer(images, extra, timeout_s), extra)
+        call = asyncio.ensure_future(self._infer(images, extra, None))
         self._unanswered.add(call)
         call.add_done_callback(self._forget)
         try:
             # shield: cancelling this coroutine (a client that hung up) must not cancel the gRPC call
-            return _results(await asyncio.wait_for(asyncio.shield(call), timeout_s))
+            return _results(await asyncio.wait_for(asyncio.shield(call), timeout_s), extra)
         except asyncio.TimeoutError:
             assert timeout_s is not None  # only a deadline times out
             raise DeadlineExceededError(
                 gave_up(timeout_s, await self.server_version()), "StatusCode.DEADLINE_EXCEEDED"
             ) from None
 
-    async def _infer(self, images: Sequence[bytes], timeout_s: float | None):
+    async def _infer(self, images: Sequence[bytes], extra: Sequence[OutputSpec], timeout_s: float | None):
         try:
             return await self._client.infer(
-                self.model, _inputs(grpcclient_aio, images), outputs=_outputs(grpcclient_aio), client_timeout=timeout_s
+                self.model,
+                _inputs(grpcclient_aio, images),
+                outputs=_outputs(grpcclient_aio, extra),
+                client_timeout=timeout_s,
             )
         except InferenceServerException as exc:
             raise _translate(exc) from exc

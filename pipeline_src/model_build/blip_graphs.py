@@ -1,8 +1,9 @@
-"""Build the captioner's ONNX graphs from a BLIP snapshot: export, int8 twins, fidelity of each.
+"""Build the captioner's ONNX graphs from a BLIP snapshot: export, fidelity, and on request int8 twins.
 
 The fp32 graphs must reproduce Hugging Face's fp32 ``generate`` on the check photos, or the build stops
-with the figures. Each int8 graph's fidelity is measured with everything else in fp32, and written next to
-it (``fidelity.json``), where a step's ``cpu_precision=auto`` reads it.
+with the figures; they are what serving runs by default. The int8-weight twins (``int8=True``: a few
+minutes more on a CPU) have their fidelity measured with everything else in fp32, written next to them
+(``fidelity.json``), where a step's ``cpu_precision=auto`` reads it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pipeline_src.steps.captioning import (
 from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.labels import FOOD11_CLASSES
 from pipeline_src.steps.onnx_runtime import OnnxModel
-from pipeline_src.steps.precision import FIDELITY_FILE, precision_file
+from pipeline_src.steps.precision import FIDELITY_FILE, precision_file, read_fidelity
 from pipeline_src.steps.settings import LabelAndCaptionSettings
 
 log = logging.getLogger(__name__)
@@ -53,18 +54,19 @@ class GraphPaths:
     def tokenizer(self) -> Path:
         return self.text_dir / TOKENIZER_FILE
 
-    def complete(self) -> bool:
-        """Written last, the fidelity files mean a finished build; without the tokenizer file, one from before
-        the graphs took their caches one tensor per layer."""
+    def complete(self, int8: bool = False) -> bool:
+        """Written last, the fidelity files mean a finished build (with int8 twins, when ``int8``); without the
+        tokenizer file, one from before the graphs took their caches one tensor per layer."""
+        fidelity = [read_fidelity(self.vision.parent), read_fidelity(self.text_dir)]
         return (
-            (self.vision.parent / FIDELITY_FILE).is_file()
-            and (self.text_dir / FIDELITY_FILE).is_file()
+            all(fidelity)
             and self.tokenizer.is_file()
+            and (not int8 or all("int8" in document["options"] for document in fidelity if document))
         )
 
 
-def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
-    """Export, quantise, measure; yields one line per stage for the build's output."""
+def build(snapshot: Path, paths: GraphPaths, int8: bool = False) -> Iterator[str]:
+    """Export, measure, and quantise when ``int8``; yields one line per stage for the build's output."""
     from transformers import AutoTokenizer, BlipForConditionalGeneration
 
     for stale in (paths.vision.parent / FIDELITY_FILE, paths.text_dir / FIDELITY_FILE):
@@ -75,8 +77,11 @@ def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
     yield f"exported {paths.vision}, {', '.join(path.name for path in paths.text_graphs)} in {paths.text_dir}"
 
     for graph in (paths.vision, *paths.text_graphs):
-        quantize_weights_int8(graph, precision_file(graph, "int8"))
-    yield "wrote the int8-weight twins (*.int8.onnx)"
+        precision_file(graph, "int8").unlink(missing_ok=True)  # a twin left from an earlier build is stale
+        if int8:
+            quantize_weights_int8(graph, precision_file(graph, "int8"))
+    if int8:
+        yield "wrote the int8-weight twins (*.int8.onnx)"
 
     tokenizer = AutoTokenizer.from_pretrained(str(snapshot))
     pixels = blip_fidelity.check_pixels()
@@ -110,6 +115,10 @@ def build(snapshot: Path, paths: GraphPaths) -> Iterator[str]:
     exact = figures("fp32", "fp32")
     blip_fidelity.require_exact(exact, f"captioner built from {snapshot}")
     yield f"fp32 graphs reproduce Hugging Face fp32 generate: {_describe(exact)}"
+    if not int8:
+        _write_fidelity(paths.vision.parent, exact)
+        _write_fidelity(paths.text_dir, exact)
+        return
     vision_int8, text_int8, both_int8 = figures("int8", "fp32"), figures("fp32", "int8"), figures("int8", "int8")
     _write_fidelity(paths.vision.parent, exact, vision_int8, "vision encoder int8, text decoder fp32", both_int8)
     _write_fidelity(paths.text_dir, exact, text_int8, "text decoder int8, vision encoder fp32", both_int8)
@@ -129,12 +138,15 @@ def _describe(figures: dict) -> str:
     )
 
 
-def _write_fidelity(directory: Path, exact: dict, int8: dict, int8_means: str, both_int8: dict) -> None:
+def _write_fidelity(
+    directory: Path, exact: dict, int8: dict | None = None, int8_means: str = "", both_int8: dict | None = None
+) -> None:
+    """The figures beside the graphs; without int8 twins, fp32's alone."""
     document = {
         "reference": "Hugging Face BLIP fp32 generate (greedy), one photo at a time",
         "check_inputs": f"{exact['captions']} photos from tests/photos (originals, mirrored, cropped) with prompts "
         f"{list(blip_fidelity.CHECK_PROMPTS)}, {CHECK_MAX_NEW_TOKENS} new tokens",
-        "options": {"fp32": exact, "int8": {**int8, "means": int8_means}},
-        "both_int8": both_int8,
+        "options": {"fp32": exact, **({"int8": {**int8, "means": int8_means}} if int8 else {})},
+        **({"both_int8": both_int8} if both_int8 else {}),
     }
     (directory / FIDELITY_FILE).write_text(json.dumps(document, indent=2) + "\n")

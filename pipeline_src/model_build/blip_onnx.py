@@ -10,7 +10,7 @@
   ``logits [b, vocab]`` (last position), ``present_key.N, present_value.N [b, heads, past + t, d]``.
 
 One tensor per layer rather than one stacked over the layers: each layer would otherwise slice (copy) its
-part of the stack at every token, 340 MB per token for a batch of 8 images' cross-attention keys and values.
+part of the stack at every token (docs/performance.md, "Why the code is as it is", says how much).
 
 The modules below reuse Hugging Face's layers (embeddings, projections, layer norms, feed-forward, LM
 head) and spell out only the attention over the cache, with the same operations in the same order as

@@ -27,9 +27,9 @@ STANDIN_SIZES = {
     "tiny": dict(hidden=32, layers=2, heads=2, intermediate=64),
 }
 # How much louder the image speaks in the text decoder (its cross-attention's value and output weights):
-# at 0.02 the tiny decoder's 32-wide layers carry so little of the image that five different photos got
-# one caption; 8x gives each its own (5 of 5 distinct), as base has at 1x. A stand-in's captions must
-# depend on its photo, or no test can tell whether a caption belongs to it.
+# at 0.02 the tiny decoder's 32-wide layers carry so little of the image that different photos get one
+# caption; 8x gives each its own, as base has at 1x (docs/performance.md, "Why the code is as it is"). A
+# stand-in's captions must depend on its photo, or no test can tell whether a caption belongs to it.
 STANDIN_CROSS_ATTENTION_GAIN = {"base": 1.0, "tiny": 8.0}
 
 

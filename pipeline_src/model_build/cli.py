@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,6 +47,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default="base",
         help="without --blip: a random-weights stand-in (MEANINGLESS captions) of this size; "
         "base has blip-image-captioning-base's architecture and cost (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="also build the BLIP graphs' int8-weight twins and measure their fidelity against fp32 (several "
+        "minutes more with the base stand-in), for cpu_precision int8 or auto; serving's default is fp32",
     )
     parser.add_argument("--force", action="store_true", help="rebuild files that already exist")
     return parser.parse_args(argv)
@@ -95,24 +102,26 @@ def build_captioner(args: argparse.Namespace) -> None:
             f"captioner: wrote a {args.blip_standin} BLIP STAND-IN with RANDOM WEIGHTS to {target}: "
             "its captions are MEANINGLESS (use --blip for a real model)"
         )
-    build_captioner_graphs(args.repository, target, force=args.force)
+    build_captioner_graphs(args.repository, target, force=args.force, int8=args.int8)
     for manifest in manifests.write_captioner_manifests(
         args.repository, target, manifests.blip_origin(target, copied_from)
     ):
         print(f"{manifest.model}: manifest {manifest.kind}, sha256 {manifest.sha256[:16]}")
 
 
-def build_captioner_graphs(repository: Path, snapshot: Path, force: bool = False) -> None:
-    """The ONNX graphs of the snapshot, their int8 twins and the fidelity of each, checked against
-    Hugging Face fp32 (pipeline_src.model_build.blip_graphs)."""
+def build_captioner_graphs(repository: Path, snapshot: Path, force: bool = False, int8: bool = False) -> None:
+    """The ONNX graphs of the snapshot (with their int8 twins when ``int8``) and the fidelity of each, checked
+    against Hugging Face fp32 (pipeline_src.model_build.blip_graphs)."""
     from pipeline_src.model_build import blip_graphs
 
     paths = blip_graphs.GraphPaths.in_repository(repository)
-    if paths.complete() and not force:
+    if paths.complete(int8) and not force:
         log.info("captioner: graphs in %s and %s exist (--force rebuilds them)", paths.vision.parent, paths.text_dir)
         return
-    for line in blip_graphs.build(snapshot, paths):
-        print(f"captioner: {line}")
+    started = time.monotonic()
+    print(f"captioner: exporting the ONNX graphs{' and their int8 twins' if int8 else ''} and checking them ...")
+    for line in blip_graphs.build(snapshot, paths, int8):
+        print(f"captioner: {line} ({time.monotonic() - started:.0f} s)", flush=True)
 
 
 def build(args: argparse.Namespace) -> None:

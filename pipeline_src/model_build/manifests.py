@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 # A BLIP snapshot's weights are exported into the ONNX graphs the steps load; the snapshot's own weight
 # files (hundreds of MB) are not read when serving, so the manifest hashes the graphs and leaves them out.
 SNAPSHOT_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
-BLIP_PRECISIONS = ("fp32", "int8")  # every BLIP graph is built in both; the step's cpu_precision chooses
+BLIP_PRECISIONS = ("fp32", "int8")  # fp32 always, int8 twins on request (--int8); cpu_precision chooses
 
 
 @dataclass(frozen=True)
@@ -65,22 +65,20 @@ def write_captioner_manifests(repository: Path, snapshot: Path, origin: Origin |
     vision_dir = paths.vision.parent
     captioner_dir = paths.text_dir.parent
     # The built files only: model.py beside them is code, which a pull may change without a rebuild.
-    vision_files = [
-        *(precision_file(paths.vision, precision) for precision in BLIP_PRECISIONS),
-        vision_dir / FIDELITY_FILE,
-    ]
+    precisions = tuple(precision for precision in BLIP_PRECISIONS if precision_file(paths.vision, precision).is_file())
+    vision_files = [*(precision_file(paths.vision, precision) for precision in precisions), vision_dir / FIDELITY_FILE]
     text_files = [path for path in paths.text_dir.iterdir() if path.is_file()]
     snapshot_files = [
         path for path in snapshot.rglob("*") if path.is_file() and path.suffix not in SNAPSHOT_WEIGHT_SUFFIXES
     ]
     return [
-        _write_or_keep(vision_dir, "vision_encoder", vision_files, origin, BLIP_PRECISIONS, _int8_fidelity(vision_dir)),
+        _write_or_keep(vision_dir, "vision_encoder", vision_files, origin, precisions, _int8_fidelity(vision_dir)),
         _write_or_keep(
             captioner_dir,
             "captioner",
             [*text_files, *snapshot_files],
             origin,
-            BLIP_PRECISIONS,
+            precisions,
             _int8_fidelity(paths.text_dir),
         ),
     ]

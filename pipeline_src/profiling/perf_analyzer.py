@@ -1,17 +1,17 @@
 """perf_analyzer, as the ``tritonclient==2.50.0`` wheel ships it, made runnable here.
 
-The wheel puts the binary in the virtualenv's ``bin/``; it links ``libb64.so.0d`` (Debian's
-``libb64-0d``) and ``libcudart.so.12`` (PyPI's ``nvidia-cuda-runtime-cu12``, a ``bench`` extra). It
-needs no GPU: cudart is only loaded. ``food11-perf-analyzer ARGS`` runs it with both libraries on
-the library path; ``food11-perf-analyzer --install`` fetches libb64 (``apt-get install`` as root, else
-``apt-get download`` unpacked into the virtualenv, leaving the system alone).
+2.50.0 is the last tritonclient wheel with a perf_analyzer binary, and it caps protobuf below 5, which has a
+known advisory; the product's client runs a current tritonclient. So perf_analyzer is a tool installed
+apart: ``food11-perf-analyzer --install`` unpacks that wheel and PyPI's ``nvidia-cuda-runtime-cu12`` (its
+``libcudart.so.12``, loaded but not used without a GPU) into ``TOOL_DIR`` without their Python dependencies,
+and Debian's ``libb64-0d`` (``apt-get install`` as root, else ``apt-get download`` unpacked there too,
+leaving the system alone). ``food11-perf-analyzer ARGS`` runs it with those libraries on the library path.
 """
 
 from __future__ import annotations
 
 import csv
 import ctypes.util
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-VENV_BIN = Path(sys.executable).parent
-LOCAL_LIBB64 = VENV_BIN.parent / "opt" / "libb64"  # where a non-root install unpacks the Debian package
+TOOL_DIR = Path(sys.prefix) / "opt" / "perf_analyzer"  # in the virtualenv, apart from its site-packages
+TOOL_WHEELS = ("tritonclient==2.50.0", "nvidia-cuda-runtime-cu12==12.9.79")
+LOCAL_LIBB64 = TOOL_DIR / "libb64"  # where a non-root install unpacks the Debian package
 LIBB64_PACKAGE = "libb64-0d"
 
 
@@ -31,19 +32,17 @@ class PerfAnalyzerMissing(RuntimeError):
 
 
 def binary() -> Path:
-    path = VENV_BIN / "perf_analyzer"
+    path = TOOL_DIR / "bin" / "perf_analyzer"
     if not path.exists():
-        raise PerfAnalyzerMissing(f"{path} is missing: pip install tritonclient[grpc]==2.50.0")
+        raise PerfAnalyzerMissing(f"{path} is missing: food11-perf-analyzer --install (or make perf-analyzer)")
     return path
 
 
 def _cudart_dir() -> Path:
-    spec = importlib.util.find_spec("nvidia.cuda_runtime")
-    if spec is None or not spec.submodule_search_locations:
-        raise PerfAnalyzerMissing(
-            "libcudart.so.12 is missing: pip install nvidia-cuda-runtime-cu12==12.9.79 (or make perf-analyzer)"
-        )
-    return Path(next(iter(spec.submodule_search_locations))) / "lib"
+    path = TOOL_DIR / "nvidia" / "cuda_runtime" / "lib"
+    if not path.is_dir():
+        raise PerfAnalyzerMissing(f"{path} is missing: food11-perf-analyzer --install (or make perf-analyzer)")
+    return path
 
 
 def _local_libb64_dirs() -> list[Path]:
@@ -51,7 +50,7 @@ def _local_libb64_dirs() -> list[Path]:
 
 
 def library_path() -> str:
-    """LD_LIBRARY_PATH for perf_analyzer: cudart from the virtualenv, libb64 from the system or the venv."""
+    """LD_LIBRARY_PATH for perf_analyzer: cudart from the tool folder, libb64 from the system or the tool folder."""
     dirs = [_cudart_dir(), *_local_libb64_dirs()]
     if not _local_libb64_dirs() and not ctypes.util.find_library("b64"):
         raise PerfAnalyzerMissing(f"libb64.so.0d is missing: apt-get install {LIBB64_PACKAGE} (or make perf-analyzer)")
@@ -64,6 +63,27 @@ def environment() -> dict[str, str]:
 
 def command(*args: str) -> list[str]:
     return [str(binary()), *args]
+
+
+def install_tool() -> None:
+    """The two wheels unpacked into TOOL_DIR, without dependencies (only their binaries run)."""
+    if (TOOL_DIR / "bin" / "perf_analyzer").exists() and (TOOL_DIR / "nvidia" / "cuda_runtime" / "lib").is_dir():
+        return
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--upgrade",
+            "--target",
+            str(TOOL_DIR),
+            *TOOL_WHEELS,
+        ],
+        check=True,
+    )
 
 
 def install_libb64() -> None:
@@ -191,6 +211,7 @@ def main(argv=None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args == ["--install"]:
+            install_tool()
             install_libb64()
             args = ["--version"]
         os.execve(str(binary()), command(*args), environment())

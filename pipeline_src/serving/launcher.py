@@ -173,14 +173,14 @@ def _bundled_backend_dir(work_dir: Path) -> Path:
     return python_backend.parent
 
 
-def _path_with_this_python() -> str:
-    """PATH with this interpreter's bin directory first.
+def _path_with_python(python: Path) -> str:
+    """PATH with ``python``'s bin directory first.
 
     The stub's embedded interpreter ignores PYTHONPATH (it starts isolated) but finds its prefix from
-    ``python3`` on PATH; from a virtualenv's bin it reads ``pyvenv.cfg`` and so imports this
+    ``python3`` on PATH; from a virtualenv's bin it reads ``pyvenv.cfg`` and so imports that
     environment's packages, this project included.
     """
-    return os.pathsep.join(filter(None, [str(Path(sys.executable).parent), os.environ.get("PATH")]))
+    return os.pathsep.join(filter(None, [str(python.parent), os.environ.get("PATH")]))
 
 
 class TritonServer:
@@ -195,7 +195,10 @@ class TritonServer:
         extra_args: tuple[str, ...] = (),
         binary: Path | None = None,
         address: str = LOOPBACK,
+        steps_python: Path | None = None,
     ):
+        """``steps_python``: the interpreter of the environment the steps import from (a virtualenv holding the
+        ``steps`` extra); by default this process's own. It must be the same Python version as this one."""
         self.model_repository = Path(model_repository).resolve()
         self.work_dir = Path(work_dir).resolve()
         self.ports = ports
@@ -204,6 +207,7 @@ class TritonServer:
         self.log_file = Path(log_file or self.work_dir / "tritonserver.log").resolve()
         self.extra_args = tuple(extra_args)
         self.binary = binary
+        self.steps_python = Path(steps_python or sys.executable)
         self.process: subprocess.Popen | None = None
 
     @property
@@ -249,7 +253,7 @@ class TritonServer:
         ]
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ, PATH=_path_with_this_python())
+        env = dict(os.environ, PATH=_path_with_python(self.steps_python))
         if not self.binary:
             # This Python's libpython first: the stub must embed the same patch release as the
             # standard library it will import, or extension modules miss symbols.

@@ -38,13 +38,3 @@ class BlsCall:
     @property
     def output_names(self) -> list[str]:
         return [tensor.name for tensor in self.outputs]
-
-
-# What Triton answers when a callee's queue policy refuses a request (queue full, or waited past its queue
-# timeout): the callee is over capacity, not broken. Triton core, RequestQueue::Enqueue and the timeout
-# check of the dynamic batcher; both with status UNAVAILABLE.
-QUEUE_REFUSALS = ("Exceeds maximum queue size", "Request timeout expired")
-
-
-def refused_under_load(message: str) -> bool:
-    return any(refusal in message for refusal in QUEUE_REFUSALS)

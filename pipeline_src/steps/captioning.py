@@ -28,7 +28,8 @@ DECODER_SHAPE_FILE = "decoder.json"  # the text decoder's dimensions and special
 CROSS_KV_FILE = "cross_kv.onnx"
 DECODER_STEP_FILE = "decoder_step.onnx"
 # The snapshot's tokenizer, written next to the graphs by the build: the step reads it with the `tokenizers`
-# library alone (transformers' AutoTokenizer imports torch, 520 MiB of the step's memory for a word list).
+# library alone (transformers' AutoTokenizer imports torch: hundreds of MiB of the step's memory for a word
+# list; docs/performance.md, "Why the code is as it is").
 TOKENIZER_FILE = "tokenizer.json"
 IMAGE_EMBEDS = "image_embeds"  # the vision encoder's output, the cross-attention's input
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline_src.contract import CaptionStatus
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
 
@@ -45,13 +46,6 @@ def build_prompt(template: str, label: str) -> str:
     return template.format(label=label.lower()).strip()
 
 
-# CAPTION_STATUS values: a code, optionally followed by ": <detail>".
-STATUS_OK = "ok"  # captioned with the label's prompt
-STATUS_LOW_CONFIDENCE = "low_confidence"  # probability under the threshold: captioned without the label
-STATUS_TIMEOUT = "captioner_timeout"  # the captioner did not answer in time: empty caption
-STATUS_ERROR = "captioner_error"  # the captioner failed: empty caption
-
-
 def caption_plan(prediction: Prediction, template: str, threshold: float) -> tuple[str, str]:
     """The prompt to caption with and the status a successful caption gets.
 
@@ -59,5 +53,5 @@ def caption_plan(prediction: Prediction, template: str, threshold: float) -> tup
     without a prompt instead.
     """
     if prediction.probability < threshold:
-        return "", STATUS_LOW_CONFIDENCE
-    return build_prompt(template, prediction.label), STATUS_OK
+        return "", CaptionStatus.LOW_CONFIDENCE.value
+    return build_prompt(template, prediction.label), CaptionStatus.OK.value

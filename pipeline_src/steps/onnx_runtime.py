@@ -32,9 +32,12 @@ def onnx_session(
     path: str | Path, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0, cpu_arena: bool = True
 ) -> ort.InferenceSession:
     """``cpu_arena``: keep ONNX Runtime's CPU memory arena, which never shrinks: it pays for a graph run
-    many times per request (the decoder step: without it the base decoder's 20 tokens took 0.68 s instead
-    of 0.38, an allocation per op per token) and costs a graph run once per request its largest batch's
-    activations for good (the base vision encoder: 720 MiB after a batch of 8, for no measurable speed)."""
+    many times per request (the decoder step: without it, an allocation per op per token) and costs a graph
+    run once per request its largest batch's activations for good, for no measurable speed (the figures:
+    docs/performance.md, "Why the code is as it is")."""
+    if not Path(path).is_file():
+        built_by = "`make models BUILD_ARGS=--int8`" if ".int8." in Path(path).name else "`make models`"
+        raise FileNotFoundError(f"{path} is missing: it is built by {built_by} (scripts/build_models.py)")
     options = ort.SessionOptions()
     options.intra_op_num_threads = intra_op_threads  # 0: ONNX Runtime's default, one per physical core
     # Idle threads sleep instead of spinning: on a CPU server the cores they would burn between batches

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from pipeline_src.steps.batching import compute_stacked
+
 
 class StepContext:
     """The ``args`` Triton passes to ``initialize``, decoded."""
@@ -25,6 +27,7 @@ class StepContext:
         self.on_gpu = args["model_instance_kind"] == "GPU"
         self.device_id = int(args["model_instance_device_id"])
         self.logger = pb_utils.Logger
+        self.output_names: list[str] = [output["name"] for output in self.config.get("output", [])]
 
     def error(self, message: str, code: int | None = None) -> pb_utils.InferenceResponse:
         """A response that fails this request alone (INVALID_ARG unless ``code`` says otherwise),
@@ -52,31 +55,21 @@ def bytes_tensor(name: str, values: list[str]) -> pb_utils.Tensor:
     return pb_utils.Tensor(name, bytes_rows(values))
 
 
-def stack_requests(arrays: list) -> tuple[np.ndarray, list[int]]:
-    """The requests' arrays as one batch (no copy for a single request), and each request's row count."""
-    return (arrays[0] if len(arrays) == 1 else np.concatenate(arrays)), [len(array) for array in arrays]
-
-
-def split_rows(batch, sizes: list[int]) -> list:
-    """Undo the stacking of requests: the rows of ``batch`` back to each request, in order."""
-    return np.split(batch, np.cumsum(sizes)[:-1])
-
-
 def answer_stacked(
     step: StepContext,
     requests: list,
     inputs: Sequence[str],
-    compute: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+    compute: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]],
     checks: Mapping[str, Callable[[np.ndarray], str | None]] | None = None,
 ) -> list:
     """The responses, in order, of a step that computes on the stacked rows of all its requests.
 
     Triton hands over the requests, never concatenated. Each is checked on its own (``checks``: per input,
     what is wrong with its rows, or None): a bad one gets its own INVALID_ARG naming the step and input
-    (raising would fail every request batched with it). The others are stacked input by input, computed
-    once (``compute``: the stacked inputs -> the outputs, rows in the same order), and each output split
-    back to its requests. A failure of the batched run is INTERNAL for each of its requests. BYTES outputs
-    are object arrays."""
+    (raising would fail every request batched with it). The others go through ``compute_stacked`` (one
+    ``compute`` over the stacked inputs; its outputs must be the config's, one row per input row). A failure
+    of the batched run, or a broken output contract, is INTERNAL for each of its requests, naming the step.
+    BYTES outputs are object arrays."""
     responses: list = [None] * len(requests)
     served, arrays = [], []
     for index, request in enumerate(requests):
@@ -91,14 +84,10 @@ def answer_stacked(
             arrays.append(values)
     if not served:
         return responses
-    sizes = [len(values[inputs[0]]) for values in arrays]
     try:
-        outputs = compute({name: stack_requests([values[name] for values in arrays])[0] for name in inputs})
         answers = [
-            pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor(name, rows) for name, rows in zip(outputs, parts)]
-            )
-            for parts in zip(*(split_rows(array, sizes) for array in outputs.values()))
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, rows) for name, rows in outputs.items()])
+            for outputs in compute_stacked(arrays, compute, step.output_names)
         ]
     except Exception as exc:  # the batched run failed: INTERNAL, reported per request
         answers = step.internal_errors([requests[index] for index in served], exc)

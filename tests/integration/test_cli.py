@@ -30,7 +30,17 @@ def test_prints_one_json_result_per_photo_in_order(triton, photo_files, capsys):
     results = json.loads(printed.out)
     assert [result["file"] for result in results] == files
     assert results[0]["label"] == "Vegetable/Fruit"
-    assert set(results[1]) == {"file", "label", "probability", "caption", "caption_status", "models", "warnings"}
+    assert set(results[1]) == {
+        "file",
+        "label",
+        "probability",
+        "caption",
+        "caption_status",
+        "models",
+        "warnings",
+        "extra",
+    }
+    assert results[1]["extra"] == {}  # the shipped ensemble declares the core contract alone
     assert [model["model"] for model in results[0]["models"]] == ["captioner", "classifier", "vision_encoder"]
     # the session's models are the offline stand-ins: each warning once, where a person reads it
     assert printed.err.count(f"warning: {BLIP_STANDIN_WARNING}") == 1

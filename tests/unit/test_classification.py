@@ -3,14 +3,8 @@
 import numpy as np
 import pytest
 
-from pipeline_src.steps.classification import (
-    STATUS_LOW_CONFIDENCE,
-    STATUS_OK,
-    build_prompt,
-    caption_plan,
-    predict,
-    softmax,
-)
+from pipeline_src.contract import CaptionStatus
+from pipeline_src.steps.classification import build_prompt, caption_plan, predict, softmax
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
 
@@ -56,5 +50,5 @@ def test_prompt_lowercases_the_label_for_blips_uncased_vocabulary():
 def test_caption_plan_drops_the_label_below_the_threshold():
     confident = predict(np.array([9.0] + [0.0] * 10))
     unsure = predict(np.zeros(11))
-    assert caption_plan(confident, "a photo of {label},", 0.5) == ("a photo of bread,", STATUS_OK)
-    assert caption_plan(unsure, "a photo of {label},", 0.5) == ("", STATUS_LOW_CONFIDENCE)
+    assert caption_plan(confident, "a photo of {label},", 0.5) == ("a photo of bread,", CaptionStatus.OK)
+    assert caption_plan(unsure, "a photo of {label},", 0.5) == ("", CaptionStatus.LOW_CONFIDENCE)

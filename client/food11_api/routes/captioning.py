@@ -62,6 +62,7 @@ def _answer_fields(result: CaptionResult) -> dict[str, Any]:
         "caption_status": result.caption_status,
         "warnings": result.warnings,
         "models": ServedModelInfo.of(result.models),
+        "extra": dict(result.extra),
     }
 
 

@@ -13,7 +13,7 @@ from food11_api.dependencies import Client, Settings
 from food11_api.errors import ERROR_RESPONSES, error_body
 from food11_api.schemas import Health, ModelState
 from food11_client import AsyncFood11Client
-from food11_client.client import MANIFESTS_MODEL
+from pipeline_src.contract import MANIFESTS_MODEL
 
 log = logging.getLogger("food11_api")
 

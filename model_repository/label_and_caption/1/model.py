@@ -5,9 +5,9 @@ import asyncio
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from pipeline_src.contract import CAPTION, CAPTION_STATUS, LABEL, MODELS, PROBABILITY, CaptionStatus, refused_under_load
 from pipeline_src.provenance.served import identity_json
-from pipeline_src.steps.bls import refused_under_load
-from pipeline_src.steps.classification import STATUS_ERROR, STATUS_TIMEOUT, caption_plan, predict
+from pipeline_src.steps.classification import caption_plan, predict
 from pipeline_src.steps.settings import LabelAndCaptionSettings
 from pipeline_src.steps.triton_step import StepContext, bytes_tensor, input_array
 
@@ -52,12 +52,12 @@ class TritonPythonModel:
         statuses = [failure or status for _, status in plans]
         return pb_utils.InferenceResponse(
             output_tensors=[
-                bytes_tensor("LABEL", [prediction.label for prediction in predictions]),
-                pb_utils.Tensor("PROBABILITY", np.array([[p.probability] for p in predictions], dtype=np.float32)),
+                bytes_tensor(LABEL, [prediction.label for prediction in predictions]),
+                pb_utils.Tensor(PROBABILITY, np.array([[p.probability] for p in predictions], dtype=np.float32)),
                 pb_utils.Tensor("PROBABILITIES", np.stack([p.probabilities for p in predictions])),
-                bytes_tensor("CAPTION", captions),
-                bytes_tensor("CAPTION_STATUS", statuses),
-                bytes_tensor("MODELS", [self.models] * len(predictions)),
+                bytes_tensor(CAPTION, captions),
+                bytes_tensor(CAPTION_STATUS, statuses),
+                bytes_tensor(MODELS, [self.models] * len(predictions)),
             ]
         )
 
@@ -76,10 +76,12 @@ class TritonPythonModel:
             # shield: on timeout stop waiting, but let the captioner finish instead of cancelling mid-flight.
             response = await asyncio.wait_for(asyncio.shield(request.async_exec()), timeout_s)
         except asyncio.TimeoutError:
-            return empty, f"{STATUS_TIMEOUT}: no caption within {self.settings.caption_timeout_ms} ms"
+            return empty, CaptionStatus.CAPTIONER_TIMEOUT.with_detail(
+                f"no caption within {self.settings.caption_timeout_ms} ms"
+            )
         if response.has_error():
             message = response.error().message()
             self.step.logger.log_warn(f"{self.step.name}: captioner failed: {message}")
-            return empty, f"{STATUS_ERROR}: {message}"
+            return empty, CaptionStatus.CAPTIONER_ERROR.with_detail(message)
         captions = pb_utils.get_output_tensor_by_name(response, CAPTION_READ.name).as_numpy().reshape(-1)
         return [caption.decode("utf-8") for caption in captions], None

@@ -3,6 +3,7 @@
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from pipeline_src.contract import MANIFESTS
 from pipeline_src.provenance.served import manifests_json
 from pipeline_src.steps.settings import ModelManifestsSettings
 from pipeline_src.steps.triton_step import StepContext
@@ -16,5 +17,5 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return [
-            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("MANIFESTS", self.manifests)]) for _ in requests
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(MANIFESTS, self.manifests)]) for _ in requests
         ]

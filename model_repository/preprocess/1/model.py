@@ -3,6 +3,7 @@
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from pipeline_src.contract import IMAGE
 from pipeline_src.steps.imaging import CAPTIONER_SIZE, CLASSIFIER_SIZE, ImageRejected, image_tensors
 from pipeline_src.steps.settings import PreprocessSettings
 from pipeline_src.steps.triton_step import StepContext, input_array
@@ -17,7 +18,7 @@ class TritonPythonModel:
         return [self._preprocess(request) for request in requests]
 
     def _preprocess(self, request):
-        images = input_array(request, "IMAGE").reshape(-1)
+        images = input_array(request, IMAGE).reshape(-1)
         count = len(images)
         classifier = np.empty((count, 3, CLASSIFIER_SIZE, CLASSIFIER_SIZE), dtype=np.float32)
         captioner = np.empty((count, 3, CAPTIONER_SIZE, CAPTIONER_SIZE), dtype=np.float32)

@@ -1,0 +1,49 @@
+"""The pipeline's wire contract, defined once: what a caller of the ``food11_pipeline`` ensemble sends and
+reads, the caption-status codes, and the words of Triton's refusals under load.
+
+Standard library only: the steps' ``model.py`` files (inside Triton), the client, the API's schema and
+``food11-validate`` all import it, each in an environment that holds only its own dependencies.
+A caller that names the outputs it reads keeps working when the ensemble declares more (``extra`` outputs);
+renaming or removing one of ``CORE_OUTPUTS`` breaks every caller.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+ENSEMBLE = "food11_pipeline"  # the ensemble a caller calls by default
+
+IMAGE = "IMAGE"  # BYTES [n, 1]: each row one photo's encoded file bytes (JPEG, PNG, ...)
+
+# The ensemble's core outputs, each [n, 1], row i answering photo i.
+LABEL = "LABEL"  # BYTES: the Food-11 class
+PROBABILITY = "PROBABILITY"  # FP32: the label's softmax probability
+CAPTION = "CAPTION"  # BYTES: the caption, conditioned on the label
+CAPTION_STATUS = "CAPTION_STATUS"  # BYTES: a CaptionStatus code, ": <detail>" after the failures'
+MODELS = "MODELS"  # BYTES: JSON, the models that answered (pipeline_src.provenance.served)
+CORE_OUTPUTS = (LABEL, PROBABILITY, CAPTION, CAPTION_STATUS, MODELS)
+
+MANIFESTS_MODEL = "model_manifests"  # the step that serves the loaded models' whole manifests
+MANIFESTS = "MANIFESTS"  # its one output: BYTES [1], a JSON list
+
+
+class CaptionStatus(str, Enum):
+    """The code a ``CAPTION_STATUS`` row starts with."""
+
+    OK = "ok"  # captioned with the label's prompt
+    LOW_CONFIDENCE = "low_confidence"  # probability under the threshold: captioned without the label
+    CAPTIONER_TIMEOUT = "captioner_timeout"  # the captioner did not answer in time: empty caption
+    CAPTIONER_ERROR = "captioner_error"  # the captioner failed: empty caption
+
+    def with_detail(self, detail: str) -> str:
+        return f"{self.value}: {detail}"
+
+
+# What Triton answers (status UNAVAILABLE) when a step's queue policy refuses a request: the queue is full,
+# or the request waited past its queue timeout. The step is over capacity, not broken. Triton core,
+# RequestQueue::Enqueue and the dynamic batcher's timeout check.
+QUEUE_REFUSALS = ("Exceeds maximum queue size", "Request timeout expired")
+
+
+def refused_under_load(message: str) -> bool:
+    return any(refusal in message for refusal in QUEUE_REFUSALS)

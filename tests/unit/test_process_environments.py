@@ -1,0 +1,72 @@
+"""Each process imports only what its own extra installs (pyproject.toml): every entry point, every step's
+``model.py`` and the API, each run where every other installed distribution is hidden (tests/only_extra.py).
+The development virtualenv holds every extra at once; without this, a step importing tritonclient (which
+NVIDIA's Triton image lacks) would pass every other test and fail to load in the container."""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline_src import PROJECT_ROOT
+
+ONLY_EXTRA = Path(__file__).resolve().parent.parent / "only_extra.py"
+STEP_MODELS = sorted(PROJECT_ROOT.glob("model_repository/*/1/model.py"))
+
+# The extras each command's process installs. A new command must say which: the test below fails until it does.
+COMMAND_EXTRAS = {
+    "food11-caption": "client",
+    "food11-api": "api",
+    "food11-validate": "client",
+    "food11-new-step": "client",
+    "food11-build-models": "build",
+    "food11-perf-analyzer": "bench",
+    "food11-serve": "server,steps,api",
+}
+
+
+def run_with_only(extras: str, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ONLY_EXTRA), extras, "-c", code], capture_output=True, text=True, timeout=300
+    )
+
+
+def project_commands() -> dict[str, str]:
+    return {
+        entry.name: entry.value
+        for entry in metadata.distribution("food11-pipeline").entry_points
+        if entry.group == "console_scripts"
+    }
+
+
+def test_every_command_names_its_extras():
+    assert set(project_commands()) == set(COMMAND_EXTRAS), "give each [project.scripts] entry its extras here"
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_EXTRAS))
+def test_each_command_imports_with_its_extras_alone(command):
+    module, _, function = project_commands()[command].partition(":")
+    result = run_with_only(COMMAND_EXTRAS[command], f"import {module}; {module}.{function}")
+    assert result.returncode == 0, f"{command} with only [{COMMAND_EXTRAS[command]}]:\n{result.stderr}"
+
+
+@pytest.mark.parametrize("model_py", STEP_MODELS, ids=[path.parts[-3] for path in STEP_MODELS])
+def test_each_step_imports_with_the_steps_extra_alone(model_py):
+    result = run_with_only("steps", f"import runpy; runpy.run_path({str(model_py)!r})")
+    assert result.returncode == 0, f"{model_py} with only [steps]:\n{result.stderr}"
+
+
+def test_the_api_app_builds_with_the_api_extra_alone():
+    result = run_with_only("api", "from food11_api.app import create_app; create_app()")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_module_outside_the_extra_is_refused():
+    """The runner itself: tritonclient is the client's, not the steps'."""
+    result = run_with_only("steps", "import tritonclient.grpc")
+    assert result.returncode != 0
+    assert "not by the 'steps' extra" in result.stderr
