@@ -38,7 +38,7 @@ BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json model_r
 # existed gets them from the next `make models`, which rebuilds nothing that is there
 MANIFESTS := $(foreach model,classifier vision_encoder captioner,model_repository/$(model)/1/manifest.json)
 
-.PHONY: install browser models models-int8 serve perf-analyzer lint format test bench bench-captioner bench-cancellation bench-warm-start bench-memory soak overload audit clean
+.PHONY: install browser models models-int8 serve perf-analyzer lint format test bench bench-captioner audit-offline bench-cancellation bench-warm-start bench-memory soak overload audit clean
 
 # pip as `python -m venv` bundles it has known advisories: upgraded as the virtualenv is made.
 PIP_VERSION := 26.1.2
@@ -135,6 +135,12 @@ audit: install
 	$(BIN)/python -m pip install --quiet -e ".[audit]"
 	@# --strict: a package the advisory service cannot be asked about fails the audit, rather than passing unaudited
 	$(BIN)/pip-audit --local --skip-editable --desc on --strict || { echo "make audit: FAILED, or could not reach the advisory data for every package (see above): nothing is known to be safe"; exit 1; }
+
+# The same without the advisory web services: a local checkout of an OSV database in YAML (AUDIT_DB=DIR, e.g.
+# PyPA's advisory-database); figures in benchmarks/results/offline_audit.md.
+audit-offline: install
+	$(BIN)/python -m pip install --quiet -e ".[audit]"
+	$(BIN)/python scripts/offline_audit.py --db $(AUDIT_DB) $(BENCH_ARGS)
 
 clean:
 	rm -rf .triton logs build $(CLASSIFIER_ONNX) model_repository/vision_encoder/1/*.onnx \
