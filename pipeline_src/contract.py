@@ -22,6 +22,15 @@ CAPTION = "CAPTION"  # BYTES: the caption, conditioned on the label
 CAPTION_STATUS = "CAPTION_STATUS"  # BYTES: a CaptionStatus code, ": <detail>" after the failures'
 MODELS = "MODELS"  # BYTES: JSON, the models that answered (pipeline_src.provenance.served)
 CORE_OUTPUTS = (LABEL, PROBABILITY, CAPTION, CAPTION_STATUS, MODELS)
+# As config.pbtxt spells each (data_type, one row's dims); food11-validate holds the ensemble to them.
+CONFIG_TYPES = {
+    IMAGE: ("TYPE_STRING", (1,)),
+    LABEL: ("TYPE_STRING", (1,)),
+    PROBABILITY: ("TYPE_FP32", (1,)),
+    CAPTION: ("TYPE_STRING", (1,)),
+    CAPTION_STATUS: ("TYPE_STRING", (1,)),
+    MODELS: ("TYPE_STRING", (1,)),
+}
 
 MANIFESTS_MODEL = "model_manifests"  # the step that serves the loaded models' whole manifests
 MANIFESTS = "MANIFESTS"  # its one output: BYTES [1], a JSON list

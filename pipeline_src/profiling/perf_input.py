@@ -1,31 +1,65 @@
 """perf_analyzer ``--input-data`` files for the ensembles and for each step, from a folder of photos.
 
-Each model gets one JSON file with one entry per photo (perf_analyzer sends them in turn). The step
-tensors are what the pipeline itself would pass that step: made by the real preprocessing, the real
-ONNX classifier and vision encoder and the real prompt logic, from the same photos. Encodings, as perf_analyzer's
-docs/input_data.md gives them: FP32 tensors as base64 of their little-endian bytes; BYTES elements as
-base64 of a 4-byte little-endian length followed by the bytes (the form Triton serialises them in).
-A model is covered when every one of its inputs is a tensor named here, so an ensemble or a step of
-your own that takes ``IMAGE``, ``PROBABILITIES``, ... gets its file too.
+Each model gets one JSON file with one entry per photo (perf_analyzer sends them in turn). A step gets what
+an ensemble would hand it: the ensemble's wiring (each step's ``input_map``) says which ensemble tensor feeds
+each of its inputs, and that tensor is computed here, from the photos, by the steps that produce it, run in
+this process with their own code and their config's settings:
+
+- ``preprocess`` (the real decoding and resizing), the ONNX steps (``OnnxStepSettings``: the classifier, the
+  vision encoder), ``label_and_caption``'s label and probabilities and the prompt it sends the captioner,
+  ``top_labels``;
+- any step whose settings class's module has ``compute(batch, settings)`` returning a dict of outputs (what
+  ``food11-new-step`` writes), so a step fed by a step of yours gets data too;
+- a BLS callee (the captioner) gets what its caller sends: the caller's own input where it forwards it, else
+  what the caller's code computes (``label_and_caption``'s prompts).
+
+What cannot be computed here (a tensor only the captioner makes, a step whose code has no ``compute``, a
+model no ensemble feeds) is named, with the reason, in what ``write_all`` returns and the command prints.
+Encodings, as perf_analyzer's docs/input_data.md gives them: a numeric tensor as base64 of its little-endian
+bytes; a BYTES tensor as base64 of its elements, each a 4-byte little-endian length then the bytes (the form
+Triton serialises them in).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import importlib
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from tritonclient.grpc import model_config_pb2
 
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.in_process import InProcessPipeline
-from pipeline_src.repository.loading import parse_config
+from pipeline_src.repository.loading import ModelEntry, parse_config
+from pipeline_src.repository.step_settings import stub_import_path
+from pipeline_src.steps.classification import caption_plan, predict
+from pipeline_src.steps.imaging import image_tensors
+from pipeline_src.steps.settings import (
+    LabelAndCaptionSettings,
+    OnnxStepSettings,
+    PreprocessSettings,
+    StepSettings,
+    declared_settings_class,
+)
+from pipeline_src.steps.top_labels import TopLabelsSettings, top_labels
 
 PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif"}
 DEFAULT_OUTPUT = PROJECT_ROOT / "build" / "perf_input"
+PHOTOS_INPUT = "IMAGE"  # the ensemble input the photos feed (pipeline_src.contract.IMAGE)
+STRING_TYPE = "TYPE_STRING"
+
+Arrays = dict[str, np.ndarray]
+Runner = Callable[[Mapping[str, np.ndarray]], Arrays]
+
+
+class Unfed(Exception):
+    """A tensor that cannot be computed here; the message says why."""
 
 
 def bytes_element(data: bytes) -> dict:
@@ -36,49 +70,344 @@ def fp32_tensor(array: np.ndarray) -> dict:
     return {"b64": base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")}
 
 
-def pipeline_tensors(repository: Path, photos: Sequence[bytes]) -> dict[str, list[dict]]:
-    """Every tensor the pipeline passes, per photo, in perf_analyzer's encoding, by tensor name."""
-    pipeline = InProcessPipeline(repository)
-    classifier_pixels, captioner_pixels = pipeline.preprocess(photos)
-    logits = pipeline.classifier(classifier_pixels)
-    predictions, prompts = pipeline.prompts(logits)
-    image_embeds = pipeline.captioner.vision(captioner_pixels)
-    per_photo = {
-        "IMAGE": [{"content": bytes_element(photo), "shape": [1]} for photo in photos],
-        "input": [{"content": fp32_tensor(pixels), "shape": list(pixels.shape)} for pixels in classifier_pixels],
-        "LOGITS": [{"content": fp32_tensor(row), "shape": list(row.shape)} for row in logits],
-        "PROBABILITIES": [
-            {"content": fp32_tensor(p.probabilities), "shape": [len(p.probabilities)]} for p in predictions
-        ],
-        "pixel_values": [{"content": fp32_tensor(pixels), "shape": list(pixels.shape)} for pixels in captioner_pixels],
-        "IMAGE_EMBEDS": [{"content": fp32_tensor(embeds), "shape": list(embeds.shape)} for embeds in image_embeds],
-        "PROMPT": [{"content": bytes_element(prompt.encode("utf-8")), "shape": [1]} for prompt in prompts],
+def tensor_content(row: np.ndarray, data_type: str) -> dict:
+    """One request's tensor (a row, without the batch dimension) in perf_analyzer's encoding."""
+    if data_type == STRING_TYPE:
+        elements = [value if isinstance(value, bytes) else str(value).encode("utf-8") for value in row.flat]
+        raw = b"".join(struct.pack("<I", len(value)) + value for value in elements)
+    else:
+        dtype = np.dtype(_NUMPY_TYPES[data_type]).newbyteorder("<")
+        raw = np.ascontiguousarray(row, dtype=dtype).tobytes()
+    return {"b64": base64.b64encode(raw).decode("ascii")}
+
+
+_NUMPY_TYPES = {
+    "TYPE_BOOL": "bool",
+    "TYPE_FP16": "float16",
+    "TYPE_FP32": "float32",
+    "TYPE_FP64": "float64",
+    **{f"TYPE_INT{bits}": f"int{bits}" for bits in (8, 16, 32, 64)},
+    **{f"TYPE_UINT{bits}": f"uint{bits}" for bits in (8, 16, 32, 64)},
+}
+
+
+def _bytes_rows(values: Sequence[str | bytes]) -> np.ndarray:
+    encoded = [value.encode("utf-8") if isinstance(value, str) else value for value in values]
+    return np.array(encoded, dtype=np.object_).reshape(-1, 1)
+
+
+@dataclass
+class Model:
+    """What this module reads of a model's config."""
+
+    name: str
+    directory: Path
+    config: Any  # model_config_pb2.ModelConfig
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        """Input name -> data type name (``TYPE_FP32``)."""
+        return {tensor.name: _type_name(tensor.data_type) for tensor in self.config.input}
+
+    @property
+    def is_ensemble(self) -> bool:
+        return self.config.platform == "ensemble"
+
+    def parameters(self) -> dict[str, str]:
+        return {key: value.string_value for key, value in self.config.parameters.items()}
+
+    def settings(self) -> StepSettings | None:
+        """Its typed settings; its logic module imported as the server's stub imports it (a self-contained
+        step's from its model folder)."""
+        versions = sorted(path for path in self.directory.iterdir() if path.is_dir() and path.name.isdigit())
+        with stub_import_path(ModelEntry(self.name, self.directory, self.config, versions)):
+            cls = declared_settings_class(self.parameters())
+        return cls.from_parameters(self.parameters()) if cls is not None else None
+
+
+def _type_name(value: int) -> str:
+    return model_config_pb2.DataType.Name(value)
+
+
+# --- running steps in this process ---------------------------------------------------------------------------
+
+
+def _preprocess_runner(model: Model, settings: StepSettings) -> Runner:
+    assert isinstance(settings, PreprocessSettings)
+
+    def run(inputs: Mapping[str, np.ndarray]) -> Arrays:
+        tensors = [image_tensors(photo, settings.max_pixels) for photo in inputs[PHOTOS_INPUT].reshape(-1)]
+        return {
+            "CLASSIFIER_PIXELS": np.stack([t.classifier for t in tensors]),
+            "CAPTIONER_PIXELS": np.stack([t.captioner for t in tensors]),
+        }
+
+    return run
+
+
+def _onnx_runner(model: Model, settings: StepSettings) -> Runner:
+    from pipeline_src.steps.onnx_runtime import OnnxModel
+
+    assert isinstance(settings, OnnxStepSettings)
+    onnx = OnnxModel.from_settings(settings, model.directory / "1")
+    ((input_name, data_type),) = model.inputs.items()
+    output_name = model.config.output[0].name
+    dtype = np.dtype(_NUMPY_TYPES[data_type])
+    return lambda inputs: {output_name: onnx(np.asarray(inputs[input_name], dtype=dtype))}
+
+
+def _label_and_caption_runner(model: Model, settings: StepSettings) -> Runner:
+    """Its label and probabilities, and the prompt it sends the captioner (its caption needs the captioner)."""
+    assert isinstance(settings, LabelAndCaptionSettings)
+
+    def run(inputs: Mapping[str, np.ndarray]) -> Arrays:
+        predictions = [predict(row) for row in inputs["LOGITS"]]
+        prompts = [caption_plan(p, settings.prompt_template, settings.confidence_threshold)[0] for p in predictions]
+        return {
+            "LABEL": _bytes_rows([p.label for p in predictions]),
+            "PROBABILITY": np.array([[p.probability] for p in predictions], dtype=np.float32),
+            "PROBABILITIES": np.stack([p.probabilities for p in predictions]).astype(np.float32),
+            "PROMPT": _bytes_rows(prompts),  # sent to the captioner by BLS
+        }
+
+    return run
+
+
+def _top_labels_runner(model: Model, settings: StepSettings) -> Runner:
+    assert isinstance(settings, TopLabelsSettings)
+
+    def run(inputs: Mapping[str, np.ndarray]) -> Arrays:
+        best = top_labels(inputs["PROBABILITIES"], settings.k)
+        return {"TOP_LABELS": best.labels, "TOP_PROBABILITIES": best.probabilities}
+
+    return run
+
+
+def _compute_runner(model: Model, settings: StepSettings) -> Runner | None:
+    """A step whose logic module (its settings class's) has ``compute(batch, settings)`` -> dict: as
+    food11-new-step writes it."""
+    module = importlib.import_module(type(settings).__module__)
+    compute = getattr(module, "compute", None)
+    if not callable(compute):
+        return None
+    return lambda inputs: dict(compute(dict(inputs), settings))
+
+
+# The pipeline's own steps, by settings class (their model.py files are not plain compute functions).
+SPECIAL_RUNNERS: dict[type[StepSettings], Callable[[Model, StepSettings], Runner]] = {
+    PreprocessSettings: _preprocess_runner,
+    LabelAndCaptionSettings: _label_and_caption_runner,
+    TopLabelsSettings: _top_labels_runner,
+    OnnxStepSettings: _onnx_runner,  # the classifier, the vision encoder, an ONNX step of yours
+}
+# What a runner does not compute, and why (the rest of the step's outputs: "does not compute it here").
+NOT_COMPUTED = {
+    "label_and_caption": "comes from the captioner, called by BLS (not run here: it needs the server, or minutes)",
+}
+
+
+# --- an ensemble's tensors, from its wiring -----------------------------------------------------------------
+
+
+@dataclass
+class Tensors:
+    """The tensors of the repository's ensembles for the photos, computed on demand, each once."""
+
+    models: dict[str, Model]
+    photos: Sequence[bytes]
+    runners: dict[str, Runner | str] = field(default_factory=dict)  # model -> runner, or why there is none
+    results: dict[tuple, Arrays] = field(default_factory=dict)  # (model, its inputs' sources) -> its outputs
+
+    def runner(self, name: str) -> Runner:
+        if name not in self.runners:
+            self.runners[name] = self._make_runner(name)
+        found = self.runners[name]
+        if isinstance(found, str):
+            raise Unfed(found)
+        return found
+
+    def _make_runner(self, name: str) -> Runner | str:
+        model = self.models.get(name)
+        if model is None:
+            return f"model '{name}' is not in the repository"
+        if model.is_ensemble:
+            return f"'{name}' is an ensemble: an ensemble inside an ensemble is not run here"
+        try:
+            settings = model.settings()
+        except Exception as exc:  # its settings do not load: food11-validate says more
+            return f"{name}'s settings do not load ({exc})"
+        if settings is None:
+            return f"{name}'s config names no settings class, so its code is unknown here"
+        try:
+            for kind, make in SPECIAL_RUNNERS.items():
+                if isinstance(settings, kind):
+                    return make(model, settings)
+            runner = _compute_runner(model, settings)
+        except Exception as exc:  # a model file missing, a module that does not import
+            return f"{name} cannot run here: {exc}"
+        if runner is None:
+            return (
+                f"{name}'s code ({type(settings).__module__}) has no compute(batch, settings) returning its "
+                "outputs, which this would run"
+            )
+        return runner
+
+    def source(self, ensemble: Model, tensor: str) -> tuple:
+        """What an ensemble tensor is: the photos, or (producing model, its output, its inputs' sources)."""
+        if tensor in {t.name for t in ensemble.config.input}:
+            if tensor != PHOTOS_INPUT:
+                raise Unfed(f"{ensemble.name}'s input '{tensor}': only '{PHOTOS_INPUT}' (the photos) is known here")
+            return (PHOTOS_INPUT,)
+        for step in ensemble.config.ensemble_scheduling.step:
+            for key, value in step.output_map.items():
+                if value == tensor:
+                    inputs = tuple(sorted((k, self.source(ensemble, v)) for k, v in step.input_map.items()))
+                    return (step.model_name, key, inputs)
+        raise Unfed(f"{ensemble.name}: no step produces '{tensor}'")
+
+    def value(self, source: tuple) -> np.ndarray:
+        """The tensor, one row per photo."""
+        if source == (PHOTOS_INPUT,):
+            return _bytes_rows(self.photos)
+        model, output, inputs = source
+        key = (model, inputs)
+        if key not in self.results:
+            runner = self.runner(model)
+            try:
+                arguments = {name: self.value(input_source) for name, input_source in inputs}
+            except Unfed as exc:
+                raise Unfed(f"{model}'s input: {exc}") from None
+            try:
+                self.results[key] = runner(arguments)
+            except Exception as exc:  # a step's own code failing on these photos
+                raise Unfed(f"{model} failed here on these photos: {exc!r}") from exc
+        outputs = self.results[key]
+        if output not in outputs:
+            raise Unfed(f"{model}'s output '{output}' {NOT_COMPUTED.get(model, 'is not computed here')}")
+        return outputs[output]
+
+
+@dataclass
+class PerfInputs:
+    """What ``write_all`` wrote (model -> file) and what it could not (model -> why)."""
+
+    written: dict[str, Path]
+    unfed: dict[str, str]
+
+
+def load_models(repository: Path) -> dict[str, Model]:
+    return {
+        path.parent.name: Model(path.parent.name, path.parent, parse_config(path))
+        for path in sorted(repository.glob("*/config.pbtxt"))
     }
-    return per_photo
 
 
-def model_inputs(repository: Path) -> dict[str, list[str]]:
-    """Each model of the repository and the names of its inputs."""
-    inputs = {}
-    for config_file in sorted(repository.glob("*/config.pbtxt")):
-        config = parse_config(config_file)
-        inputs[config.name] = [tensor.name for tensor in config.input]
-    return inputs
+def _ensembles_first(models: dict[str, Model]) -> list[Model]:
+    """The ensembles, food11_pipeline first: where a step's feed is looked for."""
+    ensembles = [model for model in models.values() if model.is_ensemble]
+    return sorted(ensembles, key=lambda model: (model.name != "food11_pipeline", model.name))
+
+
+def _feed_from_ensembles(tensors: Tensors, model: Model) -> tuple[dict[str, np.ndarray] | None, list[str]]:
+    """The model's inputs as an ensemble hands them (the first ensemble that can), or the reasons none can."""
+    reasons = []
+    for ensemble in _ensembles_first(tensors.models):
+        for step in ensemble.config.ensemble_scheduling.step:
+            if step.model_name != model.name:
+                continue
+            try:
+                return {
+                    key: tensors.value(tensors.source(ensemble, value)) for key, value in step.input_map.items()
+                }, []
+            except Unfed as exc:
+                reasons.append(f"in {ensemble.name}: {exc}")
+    return None, reasons
+
+
+def _feed_by_bls(tensors: Tensors, callee: Model) -> tuple[dict[str, np.ndarray] | None, list[str]]:
+    """A BLS callee's inputs as a caller sends them: the caller's own input where it forwards it, else what
+    its code computes (its runner's tensor of that name)."""
+    reasons = []
+    for caller in tensors.models.values():
+        try:
+            settings = caller.settings() if caller.config.backend == "python" else None
+        except Exception:
+            continue
+        for call in getattr(settings, "BLS_CALLS", ()):
+            if call.callee(settings) != callee.name:
+                continue
+            fed, why = _feed_from_ensembles(tensors, caller)
+            if fed is None:
+                reasons += [f"its BLS caller {caller.name} is not fed: {'; '.join(why) or 'no ensemble runs it'}"]
+                continue
+            try:
+                computed = tensors.runner(caller.name)(fed) if not all(t.forwarded for t in call.inputs) else {}
+                missing = [t.name for t in call.inputs if not t.forwarded and t.name not in computed]
+                if missing:
+                    raise Unfed(f"{caller.name}'s code for {missing} is not run here")
+                return {t.name: fed[t.name] if t.forwarded else computed[t.name] for t in call.inputs}, []
+            except Unfed as exc:
+                reasons.append(f"as {caller.name} calls it by BLS: {exc}")
+    return None, reasons
+
+
+def model_feeds(repository: Path, photos: Sequence[bytes]) -> tuple[dict[str, tuple[Model, Arrays]], dict[str, str]]:
+    """Every model's inputs, one row per photo, as the pipeline would hand them; and the models that cannot
+    be fed here, each with why."""
+    models = load_models(repository)
+    tensors = Tensors(models, photos)
+    feeds, unfed = {}, {}
+    for name, model in models.items():
+        if not model.inputs:
+            unfed[name] = "it takes no inputs (perf_analyzer needs no input data for it)"
+            continue
+        if model.is_ensemble:
+            other = sorted(set(model.inputs) - {PHOTOS_INPUT})
+            if other:
+                unfed[name] = f"its inputs {other}: only '{PHOTOS_INPUT}' (the photos) is known here"
+            else:
+                feeds[name] = (model, {PHOTOS_INPUT: tensors.value((PHOTOS_INPUT,))})
+            continue
+        fed, reasons = _feed_from_ensembles(tensors, model)
+        if fed is None:
+            fed, bls_reasons = _feed_by_bls(tensors, model)
+            reasons += bls_reasons
+        if fed is None:
+            unfed[name] = "; ".join(reasons) or (
+                "no ensemble feeds it and it is no BLS call's callee: write its input file yourself (the format: "
+                "pipeline_src/profiling/perf_input.py)"
+            )
+        else:
+            feeds[name] = (model, fed)
+    return feeds, unfed
+
+
+def write_all(repository: Path, photos: Sequence[bytes], output_dir: Path) -> PerfInputs:
+    """One ``<model>.json`` per model that can be fed (one entry per photo); the others, with why."""
+    feeds, unfed = model_feeds(repository, photos)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, (model, inputs) in feeds.items():
+        types = model.inputs
+        entries = [
+            {
+                input_name: {
+                    "content": tensor_content(rows[index], types[input_name]),
+                    "shape": list(rows[index].shape),
+                }
+                for input_name, rows in inputs.items()
+            }
+            for index in range(len(photos))
+        ]
+        path = output_dir / f"{name}.json"
+        path.write_text(json.dumps({"data": entries}))
+        written[name] = path
+    return PerfInputs(written, unfed)
 
 
 def write_input_data(repository: Path, photos: Sequence[bytes], output_dir: Path) -> dict[str, Path]:
-    """One ``<model>.json`` per model whose inputs are all pipeline tensors; returns model -> file."""
-    tensors = pipeline_tensors(repository, photos)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for model, names in model_inputs(repository).items():
-        if not names or not set(names) <= set(tensors):
-            continue
-        entries = [{name: tensors[name][index] for name in names} for index in range(len(photos))]
-        path = output_dir / f"{model}.json"
-        path.write_text(json.dumps({"data": entries}))
-        written[model] = path
-    return written
+    """One ``<model>.json`` per model that can be fed; returns model -> file (``write_all`` says the rest)."""
+    return write_all(repository, photos, output_dir).written
 
 
 def read_photos(folder: Path) -> list[bytes]:
@@ -101,13 +430,15 @@ def main(argv=None) -> None:
         "--repository",
         type=Path,
         default=PROJECT_ROOT / "model_repository",
-        help="a built model repository: its configs and classifier (default: %(default)s)",
+        help="a built model repository: its configs and model files (default: %(default)s)",
     )
     parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT, help="default: %(default)s")
     args = parser.parse_args(argv)
-    written = write_input_data(args.repository, read_photos(args.photos), args.output_dir)
-    for model, path in written.items():
+    result = write_all(args.repository, read_photos(args.photos), args.output_dir)
+    for model, path in result.written.items():
         print(f"{model}: {path}")
+    for model, why in result.unfed.items():
+        print(f"{model}: not written: {why}")
 
 
 if __name__ == "__main__":

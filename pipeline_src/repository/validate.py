@@ -4,7 +4,8 @@ No server needed, and fast (no torch): every config.pbtxt parses as Triton's Mod
 after its folder; every model has the version folder and the files its backend and its settings need;
 every Python step's parameters pass its typed settings class; every ensemble's graph is wired
 consistently (ensembles in ensembles too); every BLS call matches its callee; every ONNX file matches
-its model's config; every manifest.json matches the files it describes. Lists every problem at once, one
+its model's config; every manifest.json matches the files it describes; the tensor names a step's code
+declares (``INPUTS``, ``OUTPUTS`` beside its settings class) are its config's. Lists every problem at once, one
 line each, naming model, step and tensor; exit status 1 when there is an error, 0 otherwise (warnings
 alone: 0).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
@@ -29,10 +31,16 @@ from pipeline_src.repository.model_files import (
 from pipeline_src.repository.onnx_io import check_onnx_io
 from pipeline_src.repository.report import Problem, Report, Severity
 from pipeline_src.repository.step_settings import check_settings
+from pipeline_src.repository.wire_contract import check_wire_contract
+from pipeline_src.steps.settings import StepSettings
 
 __all__ = ["Problem", "Report", "Severity", "main", "validate_repository"]
 
 REPOSITORY_LABEL = "<repository>"  # Problem.model of problems with the repository as a whole
+# What a step's code may declare, in the module of its settings class, for the validator to compare with its
+# config: the names of its inputs and of its outputs (a tuple of names, or a dict keyed by them, as
+# food11-new-step writes them). answer_stacked refuses an output the config does not declare, at run time.
+DECLARED_TENSORS = (("INPUTS", "input"), ("OUTPUTS", "output"))
 
 
 def validate_repository(path: Path | str, config_name: str | None = None) -> Report:
@@ -51,6 +59,7 @@ def validate_repository(path: Path | str, config_name: str | None = None) -> Rep
         if entry.config is not None:
             _check_model(entry, models, report)
     check_ensemble_nesting(models, report)
+    check_wire_contract(models, report)
     return report
 
 
@@ -76,6 +85,40 @@ def _check_model(entry: ModelEntry, models: dict[str, ModelEntry], report: Repor
             for path in check_declared_files(entry, settings, report):
                 check_onnx_io(entry, path, report)
             check_bls_calls(entry, settings, models, report)
+            check_declared_tensors(entry, settings, report)
+
+
+def check_declared_tensors(entry: ModelEntry, settings: StepSettings, report: Report) -> None:
+    """The tensor names the step's code declares (``INPUTS``, ``OUTPUTS`` in its settings class's module) are
+    its config's: code and config that disagree load, then fail every request."""
+    module = sys.modules.get(type(settings).__module__)
+    for constant, kind in DECLARED_TENSORS:
+        declared = getattr(module, constant, None)
+        if declared is None:
+            continue
+        where = f"{type(settings).__module__}.{constant}"
+        if isinstance(declared, str) or not isinstance(declared, Iterable):
+            report.error(entry.name, f"{where} is not a collection of tensor names")
+            continue
+        names = list(declared)
+        if not all(isinstance(name, str) for name in names):
+            report.error(entry.name, f"{where} is not a collection of tensor names")
+            continue
+        configured = [tensor.name for tensor in getattr(entry.parsed_config, kind)]
+        extra = sorted(set(names) - set(configured))
+        missing = sorted(set(configured) - set(names))
+        if extra or missing:
+            differences = [f"declares {_listed(extra)}, which the config does not"] if extra else []
+            differences += [f"lacks the config's {_listed(missing)}"] if missing else []
+            report.error(
+                entry.name,
+                f"{where} {' and '.join(differences)}: the step's {kind}s in its code and in config.pbtxt must be "
+                f"the same names (the config's: {_listed(configured)})",
+            )
+
+
+def _listed(names: Iterable[str]) -> str:
+    return ", ".join(f"'{name}'" for name in names) or "none"
 
 
 def main(argv: list[str] | None = None) -> None:

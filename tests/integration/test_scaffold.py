@@ -1,5 +1,6 @@
-"""food11-new-step: a scaffolded step is valid, its own unit test passes, and it loads and answers in the real
-server. Everything is scaffolded into temporary folders (or the session's repository copy), never the source tree.
+"""food11-new-step: a scaffolded step is valid, passes `make lint` and its own unit test as written, and it loads
+and answers in the real server, with one input and output or several, of any shapes. Everything is scaffolded
+into temporary folders (or the session's repository copy), never the source tree.
 
 A self-contained step keeps its logic module in its model folder: the Python backend's stub appends the model's
 folder to sys.path before importing 1/model.py (python_backend r24.10, src/pb_stub.cc), and ignores PYTHONPATH.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,8 +31,10 @@ from pipeline_src.repository.scaffold import (
     Layout,
     ScaffoldError,
     StepSpec,
+    Tensor,
     create_step,
     main,
+    next_steps,
     plan_files,
 )
 from pipeline_src.repository.validate import validate_repository
@@ -91,27 +95,30 @@ def test_by_default_the_step_goes_to_the_repository_pipeline_src_steps_and_tests
     assert config.parameters["settings"].string_value == "pipeline_src.steps.crop_scores:CropScoresSettings"
     assert config.parameters["scale"].string_value == "2.0"
     model_py = files[PROJECT_ROOT / "model_repository/crop_scores/1/model.py"]
-    assert "from pipeline_src.steps.crop_scores import CropScoresSettings, compute, find_problem" in model_py
-    assert "from pipeline_src.steps.triton_step import StepContext" in model_py
+    assert "from pipeline_src.steps.crop_scores import INPUTS, CropScoresSettings, compute, find_problem" in model_py
+    assert "from pipeline_src.steps.triton_step import StepContext, answer_stacked" in model_py
 
 
 def test_tensor_names_types_and_dims_are_declared_as_asked(package_layout):
     spec = StepSpec(
         "rescale",
-        input_name="SCORES",
-        output_name="RESCALED",
-        data_type="INT16",
-        dims=(3, -1),
+        inputs=(Tensor("SCORES", "INT16", (3, -1)), Tensor("WEIGHTS", "FP64", (5,))),
+        outputs=(Tensor("RESCALED", "UINT8", (1,)), Tensor("SUMMARY", "FP16", (2, 2, 2))),
         max_batch_size=8,
         instances=2,
     )
-    config_text = plan_files(spec, package_layout)[package_layout.repository / "rescale" / "config.pbtxt"]
-    config = text_format.Parse(config_text, model_config_pb2.ModelConfig())
-    (tensor_in,), (tensor_out,) = config.input, config.output
-    assert (tensor_in.name, tensor_out.name) == ("SCORES", "RESCALED")
-    assert tensor_in.data_type == tensor_out.data_type == model_config_pb2.TYPE_INT16
-    assert list(tensor_in.dims) == list(tensor_out.dims) == [3, -1]
+    files = plan_files(spec, package_layout)
+    config = text_format.Parse(
+        files[package_layout.repository / "rescale" / "config.pbtxt"], model_config_pb2.ModelConfig()
+    )
+    declared = [(t.name, model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in config.input]
+    assert declared == [("SCORES", "TYPE_INT16", [3, -1]), ("WEIGHTS", "TYPE_FP64", [5])]
+    declared = [(t.name, model_config_pb2.DataType.Name(t.data_type), list(t.dims)) for t in config.output]
+    assert declared == [("RESCALED", "TYPE_UINT8", [1]), ("SUMMARY", "TYPE_FP16", [2, 2, 2])]
     assert config.max_batch_size == 8
+    logic = files[package_layout.source_dir / "rescale.py"]
+    assert '"SCORES": np.dtype(np.int16),  # TYPE_INT16 [3, -1]' in logic
+    assert '"SUMMARY": (np.dtype(np.float16), (2, 2, 2)),  # TYPE_FP16 [2, 2, 2]' in logic
     cpu = model_config_pb2.ModelInstanceGroup.KIND_CPU
     assert [(group.count, group.kind) for group in config.instance_group] == [(2, cpu)]
 
@@ -122,13 +129,17 @@ def test_tensor_names_types_and_dims_are_declared_as_asked(package_layout):
         (StepSpec("2fast"), "not a valid Python identifier"),
         (StepSpec("class"), "not a valid Python identifier"),
         (StepSpec("top-labels"), "not a valid Python identifier"),
-        (StepSpec("ok", data_type="STRING"), "the example computation needs one of"),
-        (StepSpec("ok", dims=(0,)), "each dim is a positive size or -1"),
-        (StepSpec("ok", input_name="X", output_name="X"), "input and output are both named 'X'"),
+        (StepSpec("ok", inputs=(Tensor("X", "STRING"),)), "input X: data type 'STRING': the example computation"),
+        (StepSpec("ok", outputs=(Tensor("Y", dims=(0,)),)), "output Y: dims [0]: each dim is a positive size or -1"),
+        (StepSpec("ok", outputs=(Tensor("INPUT"),)), "tensor name(s) 'INPUT' used more than once"),
+        (StepSpec("ok", inputs=(Tensor("A"), Tensor("A"))), "tensor name(s) 'A' used more than once"),
+        (StepSpec("ok", inputs=()), "at least one input and one output"),
+        (StepSpec("ok", inputs=(Tensor("not-a-name"),)), "input tensor name 'not-a-name' is not an identifier"),
+        (StepSpec("ok", inputs=(Tensor("X" * 200),)), "longer than 120 characters: shorten the names"),
     ],
 )
 def test_bad_requests_are_refused_and_nothing_is_written(package_layout, spec, message):
-    with pytest.raises(ScaffoldError, match=message):
+    with pytest.raises(ScaffoldError, match=re.escape(message)):
         create_step(spec, package_layout)
     assert list(package_layout.repository.iterdir()) == [] and not package_layout.tests_dir.exists()
 
@@ -175,16 +186,64 @@ def test_the_command_prints_what_it_created_and_the_next_steps(package_layout, c
     ):
         assert path.is_file() and str(path) in out
     assert "Wire it into an ensemble" in out and "food11-validate" in out and "pytest" in out
+    assert f"food11-perf-analyzer -m {name}" in out and "scripts/perf_input.py" in out
+
+
+def test_the_command_takes_several_tensors_of_any_shapes(package_layout, capsys):
+    where = ["--source-dir", str(package_layout.source_dir), "--package", package_layout.package]
+    main(
+        [
+            "image_quality",
+            "--repository",
+            str(package_layout.repository),
+            "--tests-dir",
+            str(package_layout.tests_dir),
+            *where,
+            "--input",
+            "PIXELS:FP32:3,384,384",
+            "--input",
+            "MASK",  # --data-type and --dims
+            "--output",
+            "BRIGHTNESS:FP32:1",
+            "--output",
+            "SHARPNESS:fp64:1",
+            "--data-type",
+            "UINT8",
+            "--dims",
+            "2,-1",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "Created the step 'image_quality' (PIXELS TYPE_FP32 [3, 384, 384], MASK TYPE_UINT8 [2, -1] -> "
+        "BRIGHTNESS TYPE_FP32 [1], SHARPNESS TYPE_FP64 [1]):"
+    )
+    assert 'input_map { key: "PIXELS", value: "<an ensemble tensor of TYPE_FP32 [3, 384, 384]>" }' in out
+    assert 'output_map { key: "SHARPNESS", value: "SHARPNESS" }' in out
+
+
+def test_the_next_steps_name_the_ensemble_tensors_an_input_can_be_wired_to(tmp_path):
+    spec = StepSpec("image_quality", (Tensor("PIXELS", "FP32", (3, 384, 384)),), (Tensor("BRIGHTNESS", dims=(1,)),))
+    text = next_steps(spec, Layout(PROJECT_ROOT / "model_repository", tmp_path), [])
+    assert "captioner_pixels (food11_pipeline: preprocess's CAPTIONER_PIXELS)" in text
+    assert "captioner_pixels (food11_pipeline_topk: preprocess's CAPTIONER_PIXELS)" in text
 
 
 # --- it is valid, and its own unit test passes ------------------------------------------------------------
 
 
+TWO_BY_TWO = StepSpec(  # two inputs and two outputs, of other types and shapes, some variable
+    "two_by_two",
+    inputs=(Tensor("IMAGE_ROWS", "UINT16", (3, -1)), Tensor("WEIGHTS", "FP64", (5,))),
+    outputs=(Tensor("SCORE", "FP32", (1,)), Tensor("GRID", "INT8", (2, -1))),
+)
+
+
 def test_a_scaffolded_step_passes_the_repository_validator(package_layout, monkeypatch, forget_new_modules):
     in_package, self_contained = unique("in_package"), unique("self_contained")
-    create_step(StepSpec(in_package), package_layout)
+    create_step(StepSpec(in_package, TWO_BY_TWO.inputs, TWO_BY_TWO.outputs), package_layout)
     create_step(
-        StepSpec(self_contained, data_type="UINT8", dims=(2, -1)),
+        StepSpec(self_contained, (Tensor("INPUT", "UINT8", (2, -1)),)),
         Layout(package_layout.repository, package_layout.tests_dir),
     )
     # The package scaffolded into tmp is importable as an installed one would be; the self-contained
@@ -195,15 +254,104 @@ def test_a_scaffolded_step_passes_the_repository_validator(package_layout, monke
     assert sorted(report.models) == sorted([in_package, self_contained])
 
 
+def test_the_validator_compares_the_tensor_names_the_logic_declares_with_the_config(
+    package_layout, monkeypatch, forget_new_modules
+):
+    name = unique("renamed")
+    create_step(StepSpec(name, TWO_BY_TWO.inputs, TWO_BY_TWO.outputs), package_layout)
+    config = package_layout.repository / name / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "GRID"', 'name: "MESH"'))
+    monkeypatch.syspath_prepend(str(package_layout.source_dir.parent))
+    errors = [str(problem) for problem in validate_repository(package_layout.repository).errors]
+    assert errors == [
+        f"ERROR {name}: {package_layout.package}.{name}.OUTPUTS declares 'GRID', which the config does not and lacks "
+        "the config's 'MESH': the step's outputs in its code and in config.pbtxt must be the same names (the "
+        "config's: 'SCORE', 'MESH')"
+    ]
+
+
 def test_the_generated_unit_tests_pass(package_layout):
     create_step(StepSpec("default_step"), package_layout)
-    create_step(StepSpec("wide_step", data_type="FP64", dims=(2, 3)), package_layout)
+    create_step(TWO_BY_TWO, package_layout)
     create_step(
-        StepSpec("int_step", data_type="INT32", dims=(-1,)), Layout(package_layout.repository, package_layout.tests_dir)
+        StepSpec("int_step", (Tensor("INPUT", "INT32", (-1,)),), (Tensor("A", "UINT64", (3,)), Tensor("B", "FP16"))),
+        Layout(package_layout.repository, package_layout.tests_dir),
     )
     result = run_generated_tests(package_layout.tests_dir, package_layout.source_dir.parent)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "15 passed" in result.stdout  # 5 tests in each of the 3 generated files
+    assert "21 passed" in result.stdout  # 7 tests in each of the 3 generated files
+
+
+def test_a_generated_test_catches_logic_and_config_that_disagree(package_layout):
+    create_step(TWO_BY_TWO, package_layout)
+    config = package_layout.repository / TWO_BY_TWO.name / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "GRID"', 'name: "MESH"'))
+    result = run_generated_tests(package_layout.tests_dir, package_layout.source_dir.parent)
+    assert result.returncode == 1 and "OUTPUTS differ from config.pbtxt's outputs" in result.stdout, result.stdout
+
+
+# --- it passes `make lint` as written -------------------------------------------------------------------------
+
+VENV_BIN = Path(sys.executable).parent
+PYPROJECT = PROJECT_ROOT / "pyproject.toml"
+
+
+def ruff_problems(files: dict[Path, str]) -> list[str]:
+    """ruff check and ruff format --check, as `make lint` runs them, on each Python file (its text given on
+    stdin under its own path, so a file planned for the source tree is judged where it would be)."""
+    problems = []
+    for path, text in files.items():
+        if path.suffix != ".py":
+            continue
+        for command in (["check"], ["format", "--check"]):
+            result = subprocess.run(
+                [str(VENV_BIN / "ruff"), *command, "--config", str(PYPROJECT), "--stdin-filename", str(path), "-"],
+                input=text,
+                capture_output=True,
+                text=True,
+                cwd=PROJECT_ROOT,
+            )
+            if result.returncode != 0:
+                problems.append(f"ruff {' '.join(command)} {path}:\n{result.stdout}{result.stderr}")
+    return problems
+
+
+def test_the_scaffolds_files_pass_make_lint_as_written(package_layout, tmp_path):
+    """Lint and format as `make lint` checks them, and mypy on the logic modules (what `make lint` type-checks
+    of a step: pipeline_src/steps/NAME.py), for the default place in the source tree (planned, not written),
+    for a package of one's own and for a self-contained step, with one tensor each way and with several."""
+    source = Layout(PROJECT_ROOT / "model_repository", DEFAULT_TESTS_DIR, PROJECT_ROOT / "pipeline_src" / "steps")
+    image_quality = StepSpec(
+        "image_quality",
+        (Tensor("PIXELS", "FP32", (3, 384, 384)),),
+        (Tensor("BRIGHTNESS", "FP32", (1,)), Tensor("SHARPNESS", "FP32", (1,))),
+    )
+    planned = {}
+    for spec, layout in [
+        (image_quality, source),
+        (StepSpec("zoom_levels"), source),  # a module sorting after triton_step
+        (TWO_BY_TWO, package_layout),
+        (
+            StepSpec("self_contained", TWO_BY_TWO.inputs, TWO_BY_TWO.outputs),
+            Layout(package_layout.repository, tmp_path),
+        ),
+    ]:
+        planned.update(plan_files(spec, layout))
+    assert ruff_problems(planned) == []
+    logic_dir = tmp_path / "logic"
+    logic_dir.mkdir()
+    for index, (path, text) in enumerate(planned.items()):
+        if path.suffix == ".py" and path.parent.name not in ("1", "unit") and not path.name.startswith("test_"):
+            (logic_dir / f"logic_{index}_{path.name}").write_text(text)
+    result = subprocess.run(
+        [str(VENV_BIN / "mypy"), "--config-file", str(PYPROJECT), "--cache-dir", str(tmp_path / "cache"), "."],
+        capture_output=True,
+        text=True,
+        cwd=logic_dir,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues found in 4 source files" in result.stdout
 
 
 # --- it loads in the real server and answers --------------------------------------------------------------
@@ -238,7 +386,32 @@ def test_a_scaffolded_step_loads_in_the_real_server_and_answers(triton_grpc, sca
     rows = np.array([[1.0, -2.0, 0.5, 3.0], [0.0, 4.0, -1.5, 8.0]], dtype=np.float32)
     answer = infer(triton_grpc, scaffolded_in_server, rows).as_numpy("OUTPUT")
     assert answer.dtype == np.float32
-    np.testing.assert_array_equal(answer, rows * 2.0)  # the config's scale
+    # each value: the row's mean times the config's scale
+    np.testing.assert_array_equal(answer, np.repeat(rows.mean(axis=1, keepdims=True) * 2.0, 4, axis=1))
+
+
+@pytest.mark.integration
+def test_a_scaffolded_step_with_several_tensors_answers_each_output_in_its_type(
+    model_repository, triton_grpc, tmp_path
+):
+    name = unique("two_by_two")
+    create_step(StepSpec(name, TWO_BY_TWO.inputs, TWO_BY_TWO.outputs), Layout(model_repository, tmp_path / "tests"))
+    try:
+        triton_grpc.load_model(name)
+        image_rows = grpcclient.InferInput("IMAGE_ROWS", [2, 3, 4], "UINT16")
+        image_rows.set_data_from_numpy(np.stack([np.full((3, 4), 1), np.full((3, 4), 5)]).astype(np.uint16))
+        weights = grpcclient.InferInput("WEIGHTS", [2, 5], "FP64")
+        weights.set_data_from_numpy(np.stack([np.full(5, 3.0), np.full(5, 7.0)]))
+        result = triton_grpc.infer(name, [image_rows, weights])
+        score, grid = result.as_numpy("SCORE"), result.as_numpy("GRID")
+        # each row: the mean over the inputs of the row's mean, times scale 2: (1 + 3) and (5 + 7)
+        np.testing.assert_array_equal(score, np.array([[4.0], [12.0]], dtype=np.float32))
+        np.testing.assert_array_equal(grid, np.array([[[4]] * 2, [[12]] * 2], dtype=np.int8))
+    finally:
+        try:
+            triton_grpc.unload_model(name)
+        finally:
+            shutil.rmtree(model_repository / name)
 
 
 @pytest.mark.integration
@@ -247,7 +420,9 @@ def test_a_bad_request_to_a_scaffolded_step_fails_alone_naming_the_step(triton_g
     with pytest.raises(InferenceServerException, match=f"{scaffolded_in_server}: INPUT: row 2 of 2: ") as caught:
         infer(triton_grpc, scaffolded_in_server, rows)
     assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
-    np.testing.assert_array_equal(infer(triton_grpc, scaffolded_in_server, rows[:1]).as_numpy("OUTPUT"), rows[:1] * 2)
+    np.testing.assert_array_equal(
+        infer(triton_grpc, scaffolded_in_server, rows[:1]).as_numpy("OUTPUT"), np.full((1, 4), 5.0)
+    )
 
 
 @pytest.mark.integration

@@ -1,6 +1,10 @@
 """Each step setting has one home, its settings class: every config that names the class, the
 configuration table (docs/configuration.md) and the scaffold's template say what the class says, or
-these fail."""
+these fail.
+
+The steps are read from the repository. The table has a row per setting of every step, a step of yours too:
+``food11-new-step`` writes its rows (for its example setting ``scale``); when you change your step's
+settings, the failure names each row to add, fix or remove."""
 
 import re
 import sys
@@ -15,6 +19,7 @@ from pipeline_src.repository.scaffold import Layout, StepSpec, create_step
 from pipeline_src.steps.settings import SETTINGS_PARAMETER, StepSettings, declared_settings_class
 
 REPOSITORY = PROJECT_ROOT / "model_repository"
+CONFIGURATION_DOC = PROJECT_ROOT / "docs" / "configuration.md"
 STEP_CONFIGS = sorted(
     path for path in REPOSITORY.glob("*/config.pbtxt") if SETTINGS_PARAMETER in parse_config(path).parameters
 )
@@ -48,10 +53,10 @@ def shown(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def readme_configuration_table() -> dict[tuple[str, str], str]:
+def readme_configuration_table(text: str | None = None) -> dict[tuple[str, str], str]:
     """(step, parameter) -> default, from the "Configuration" table of docs/configuration.md (a row may
     list several parameters, comma-separated in both columns)."""
-    text = PROJECT_ROOT.joinpath("docs", "configuration.md").read_text()
+    text = CONFIGURATION_DOC.read_text() if text is None else text
     section = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
     table = {}
     for line in section.splitlines():
@@ -74,12 +79,51 @@ def test_a_steps_config_shows_every_setting_at_its_default(config):
     assert drift(config) == []
 
 
-def test_readme_configuration_table_says_what_the_settings_classes_say():
-    expected = {}
-    for config in STEP_CONFIGS:
+def table_drift(table: dict[tuple[str, str], str], configs: list[Path]) -> list[str]:
+    """How the configuration table differs from the settings classes of the steps ``configs`` configure, each
+    difference with what to do about it."""
+    expected, classes = {}, {}
+    for config in configs:
         cls, _ = settings_and_parameters(config)
+        classes[config.parent.name] = cls.__name__
         expected.update({(config.parent.name, field.name): shown(getattr(cls(), field.name)) for field in fields(cls)})
-    assert readme_configuration_table() == expected
+    problems = [
+        f"no row for {step}'s `{name}` ({classes[step]} defaults to {default}): add "
+        f"| {step} | `{name}` | {default} | what it does |"
+        for (step, name), default in expected.items()
+        if (step, name) not in table
+    ]
+    problems += [
+        f"the row of {step}'s `{name}` says {table[step, name]}, but {classes[step]} defaults to {default}: fix it"
+        for (step, name), default in expected.items()
+        if (step, name) in table and table[step, name] != default
+    ]
+    problems += [
+        f"a row for {step}'s `{name}`, which "
+        + (f"{classes[step]} does not have" if step in classes else "is no step's setting in the repository")
+        + ": remove it"
+        for step, name in table
+        if (step, name) not in expected
+    ]
+    return problems
+
+
+def test_readme_configuration_table_says_what_the_settings_classes_say():
+    problems = table_drift(readme_configuration_table(), STEP_CONFIGS)
+    assert not problems, f"{CONFIGURATION_DOC}, table 'Configuration':\n" + "\n".join(problems)
+
+
+def test_table_drift_says_which_row_to_add_fix_or_remove():
+    config = REPOSITORY / "top_labels" / "config.pbtxt"
+    assert table_drift({("top_labels", "k"): "3"}, [config]) == []
+    assert table_drift({}, [config]) == [
+        "no row for top_labels's `k` (TopLabelsSettings defaults to 3): add | top_labels | `k` | 3 | what it does |"
+    ]
+    assert table_drift({("top_labels", "k"): "4", ("top_labels", "j"): "1", ("gone", "x"): "1"}, [config]) == [
+        "the row of top_labels's `k` says 4, but TopLabelsSettings defaults to 3: fix it",
+        "a row for top_labels's `j`, which TopLabelsSettings does not have: remove it",
+        "a row for gone's `x`, which is no step's setting in the repository: remove it",
+    ]
 
 
 def test_the_scaffolds_config_says_what_its_settings_class_says(tmp_path, monkeypatch):
@@ -87,13 +131,20 @@ def test_the_scaffolds_config_says_what_its_settings_class_says(tmp_path, monkey
     (tmp_path / "src" / package).mkdir(parents=True)
     (tmp_path / "src" / package / "__init__.py").touch()
     (tmp_path / "repository").mkdir()
+    doc = tmp_path / "configuration.md"
+    doc.write_text(CONFIGURATION_DOC.read_text())
     create_step(
         StepSpec("drift_check"),
-        Layout(tmp_path / "repository", tmp_path / "tests", tmp_path / "src" / package, package),
+        Layout(tmp_path / "repository", tmp_path / "tests", tmp_path / "src" / package, package, configuration_doc=doc),
     )
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
     try:
-        assert drift(tmp_path / "repository" / "drift_check" / "config.pbtxt") == []
+        config = tmp_path / "repository" / "drift_check" / "config.pbtxt"
+        assert drift(config) == []
+        # The scaffold wrote the new step's rows into the table, and they say what its settings class says.
+        table = readme_configuration_table(doc.read_text())
+        assert table_drift({key: value for key, value in table.items() if key[0] == "drift_check"}, [config]) == []
+        assert set(table) - {("drift_check", "scale")} == set(readme_configuration_table())
     finally:
         for name in [name for name in sys.modules if name.startswith(package)]:
             del sys.modules[name]

@@ -13,17 +13,13 @@ import pytest
 from onnx import TensorProto, helper
 
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.repository.loading import parse_config
 from pipeline_src.repository.validate import Report, Severity, validate_repository
 
-STEP_MODELS = (
-    "captioner",
-    "classifier",
-    "label_and_caption",
-    "model_manifests",
-    "preprocess",
-    "top_labels",
-    "vision_encoder",
-)
+# What these tests take from the repository they break, they read from it (its models, each ensemble's steps
+# and their numbers), so a step added and wired into an ensemble breaks none of them. The faults they make
+# edit lines of the pipeline's own steps (preprocess, classifier, label_and_caption, captioner): a change to
+# one of those lines fails the edit that expects it, saying which text it did not find.
 
 
 @pytest.fixture
@@ -51,6 +47,27 @@ def config(repo: Path, model: str) -> Path:
     return repo / model / "config.pbtxt"
 
 
+def models_of(repo: Path) -> list[str]:
+    """The repository's model folders: what the validator reports on."""
+    return sorted(path.parent.name for path in repo.glob("*/config.pbtxt"))
+
+
+def step(repo: Path, ensemble: str, model: str, named: str | None = None) -> str:
+    """How the validator names ``model``'s step in ``ensemble``: ``step N (model)``, numbered as the config
+    lists the steps (``named``: the model name the step has after a test's edit)."""
+    steps = [entry.model_name for entry in parse_config(config(repo, ensemble)).ensemble_scheduling.step]
+    return f"step {steps.index(model) + 1} ({named or model})"
+
+
+def ensembles_using(repo: Path, model: str) -> list[str]:
+    ensembles = [name for name in models_of(repo) if parse_config(config(repo, name)).platform == "ensemble"]
+    return [
+        name
+        for name in ensembles
+        if model in (entry.model_name for entry in parse_config(config(repo, name)).ensemble_scheduling.step)
+    ]
+
+
 # --- the valid repository -------------------------------------------------------------------------------
 
 
@@ -58,8 +75,8 @@ def test_the_built_repository_is_valid_without_a_single_problem(model_repository
     report = validate_repository(model_repository)
     assert report.problems == [], report.text()
     assert report.ok
-    assert sorted(report.models) == sorted([*STEP_MODELS, "food11_pipeline", "food11_pipeline_topk"])
-    assert report.summary().startswith("OK: 9 model(s)")
+    assert sorted(report.models) == models_of(model_repository)
+    assert report.summary().startswith(f"OK: {len(models_of(model_repository))} model(s)")
 
 
 def test_validation_needs_neither_torch_nor_transformers(model_repository):
@@ -147,6 +164,18 @@ def test_a_step_without_a_settings_parameter_is_only_a_warning(repo):
     assert report.ok and report.errors == []
 
 
+def test_the_tensor_names_a_steps_code_declares_must_be_its_configs(repo):
+    """top_labels' module declares OUTPUTS (food11-new-step's steps declare INPUTS and OUTPUTS)."""
+    edit(config(repo, "top_labels"), '{ name: "TOP_LABELS",', '{ name: "BEST_LABELS",')
+    problem(
+        validate_repository(repo),
+        "top_labels",
+        "pipeline_src.steps.top_labels.OUTPUTS declares 'TOP_LABELS', which the config does not",
+        "and lacks the config's 'BEST_LABELS'",
+        "must be the same names",
+    )
+
+
 # --- ensemble graphs ---------------------------------------------------------------------------------------
 
 ENSEMBLE = "food11_pipeline"
@@ -156,23 +185,25 @@ def test_a_consumed_tensor_nobody_produces_is_named_with_its_step(repo):
     edit(config(repo, ENSEMBLE), 'key: "input", value: "classifier_pixels"', 'key: "input", value: "classifier_pixelz"')
     report = validate_repository(repo)
     assert (
-        "ERROR food11_pipeline: step 2 (classifier) consumes tensor 'classifier_pixelz', which no step "
-        "produces and is not an ensemble input"
+        f"ERROR food11_pipeline: {step(repo, ENSEMBLE, 'classifier')} consumes tensor 'classifier_pixelz', which "
+        "no step produces and is not an ensemble input"
     ) in report.text().splitlines()
-    problem(report, ENSEMBLE, "tensor 'classifier_pixels' from step 1 (preprocess) is used by no step")
+    problem(report, ENSEMBLE, f"tensor 'classifier_pixels' from {step(repo, ENSEMBLE, 'preprocess')} is used by no")
     assert not report.ok
 
 
 def test_a_step_naming_a_model_not_in_the_repository_is_an_error(repo):
+    label = step(repo, ENSEMBLE, "classifier", named="classifierz")
     edit(config(repo, ENSEMBLE), 'model_name: "classifier"', 'model_name: "classifierz"')
-    problem(validate_repository(repo), ENSEMBLE, "step 2 (classifierz)", "model 'classifierz' is not in the repository")
+    problem(validate_repository(repo), ENSEMBLE, label, "model 'classifierz' is not in the repository")
 
 
 def test_input_map_keys_must_be_the_models_inputs_and_feed_all_of_them(repo):
     edit(config(repo, ENSEMBLE), 'key: "input", value', 'key: "pixels", value')
     report = validate_repository(repo)
-    problem(report, ENSEMBLE, "step 2 (classifier)", "input_map key 'pixels' is not an input of model 'classifier'")
-    problem(report, ENSEMBLE, "step 2 (classifier)", "input 'input' of model 'classifier' is not fed")
+    label = step(repo, ENSEMBLE, "classifier")
+    problem(report, ENSEMBLE, label, "input_map key 'pixels' is not an input of model 'classifier'")
+    problem(report, ENSEMBLE, label, "input 'input' of model 'classifier' is not fed")
 
 
 def test_an_output_map_key_must_be_an_output_of_the_model(repo):
@@ -180,7 +211,7 @@ def test_an_output_map_key_must_be_an_output_of_the_model(repo):
     problem(
         validate_repository(repo),
         ENSEMBLE,
-        "step 2 (classifier)",
+        step(repo, ENSEMBLE, "classifier"),
         "output_map key 'logits' is not an output of model 'classifier'",
     )
 
@@ -188,7 +219,7 @@ def test_an_output_map_key_must_be_an_output_of_the_model(repo):
 def test_a_tensor_produced_twice_and_an_ensemble_output_produced_by_nobody(repo):
     edit(config(repo, ENSEMBLE), 'value: "CAPTION_STATUS"', 'value: "CAPTION"')
     report = validate_repository(repo)
-    problem(report, ENSEMBLE, "tensor 'CAPTION' is produced more than once", "step 4 (label_and_caption)")
+    problem(report, ENSEMBLE, "tensor 'CAPTION' is produced more than once", step(repo, ENSEMBLE, "label_and_caption"))
     problem(report, ENSEMBLE, "ensemble output 'CAPTION_STATUS' is produced by no step")
 
 
@@ -199,9 +230,8 @@ def test_an_unused_produced_tensor_is_an_error_as_triton_refuses_it(repo):
         'output_map { key: "LABEL", value: "LABEL" }\n'
         '      output_map { key: "PROBABILITIES", value: "probabilities" }',
     )
-    problem(
-        validate_repository(repo), ENSEMBLE, "tensor 'probabilities' from step 4 (label_and_caption) is used by no step"
-    )
+    label = step(repo, ENSEMBLE, "label_and_caption")
+    problem(validate_repository(repo), ENSEMBLE, f"tensor 'probabilities' from {label} is used by no step")
 
 
 def test_steps_that_feed_each_other_form_a_cycle(repo):
@@ -211,7 +241,9 @@ def test_steps_that_feed_each_other_form_a_cycle(repo):
         'input_map { key: "IMAGE", value: "logits" }',
     )
     report = validate_repository(repo)
-    problem(report, ENSEMBLE, "steps form a cycle", "step 1 (preprocess) needs step 2 (classifier) needs step 1")
+    preprocess, classifier = step(repo, ENSEMBLE, "preprocess"), step(repo, ENSEMBLE, "classifier")
+    cycle = f"{preprocess} needs {classifier} needs {preprocess.split(' (')[0]}"
+    problem(report, ENSEMBLE, "steps form a cycle", cycle)
     problem(report, ENSEMBLE, "ensemble input 'IMAGE'", "is used by no step")
 
 
@@ -225,8 +257,8 @@ def test_data_types_must_agree_across_an_edge(repo):
         validate_repository(repo),
         ENSEMBLE,
         "tensor 'logits'",
-        "step 2 (classifier) output 'output' is TYPE_FP32",
-        "step 4 (label_and_caption) input 'LOGITS' expects TYPE_FP16",
+        f"{step(repo, ENSEMBLE, 'classifier')} output 'output' is TYPE_FP32",
+        f"{step(repo, ENSEMBLE, 'label_and_caption')} input 'LOGITS' expects TYPE_FP16",
     )
 
 
@@ -257,16 +289,20 @@ def test_a_variable_dim_matches_any_size(repo):
 def test_a_step_batching_less_than_the_ensemble_is_an_error(repo):
     edit(config(repo, "classifier"), "max_batch_size: 32", "max_batch_size: 16")
     problem(
-        validate_repository(repo), ENSEMBLE, "step 2 (classifier)", "max_batch_size 16, smaller than the ensemble's 32"
+        validate_repository(repo),
+        ENSEMBLE,
+        step(repo, ENSEMBLE, "classifier"),
+        "max_batch_size 16, smaller than the ensemble's 32",
     )
 
 
 def test_a_step_without_batching_inside_a_batching_ensemble_is_an_error(repo):
     edit(config(repo, "preprocess"), "max_batch_size: 32", "max_batch_size: 0")
     report = validate_repository(repo)
-    problem(report, ENSEMBLE, "step 1 (preprocess)", "max_batch_size 0 inside an ensemble that batches", "'IMAGE'")
+    label = step(repo, ENSEMBLE, "preprocess")
+    problem(report, ENSEMBLE, label, "max_batch_size 0 inside an ensemble that batches", "'IMAGE'")
     # once per ensemble using preprocess, not once more per edge
-    assert sorted(p.model for p in report.errors) == [ENSEMBLE, "food11_pipeline_topk"], report.text()
+    assert sorted(p.model for p in report.errors) == ensembles_using(repo, "preprocess"), report.text()
 
 
 # --- ensembles in ensembles --------------------------------------------------------------------------------
@@ -382,7 +418,7 @@ def test_the_classifiers_onnx_file_must_match_its_config(repo):
         '"LOGITS", data_type: TYPE_FP32, dims: [ 12 ]',
     )
     edit(config(repo, "classifier"), '{ name: "input",', '{ name: "pixels",')
-    for ensemble in (ENSEMBLE, "food11_pipeline_topk"):  # both ensembles feed the classifier
+    for ensemble in ensembles_using(repo, "classifier"):
         edit(config(repo, ensemble), 'key: "input", value', 'key: "pixels", value')
     report = validate_repository(repo)
     problem(report, "classifier", "output 'output'", "the ONNX file has shape ['batch', 11], the config [12]")
@@ -459,19 +495,20 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_cli_lists_every_problem_and_exits_1_on_errors(repo):
+    label = step(repo, ENSEMBLE, "classifier", named="classifierz")
     edit(config(repo, ENSEMBLE), 'model_name: "classifier"', 'model_name: "classifierz"')
     edit(config(repo, "preprocess"), 'string_value: "40000000"', 'string_value: "-1"')
     result = run_cli(str(repo))
     assert result.returncode == 1, result.stdout
     lines = result.stdout.splitlines()
-    assert any(line.startswith("ERROR food11_pipeline: step 2 (classifierz)") for line in lines), result.stdout
+    assert any(line.startswith(f"ERROR food11_pipeline: {label}") for line in lines), result.stdout
     assert any(line.startswith("ERROR preprocess: ") and "max_pixels must be positive" in line for line in lines)
     assert lines[-1].startswith("INVALID: ")
 
 
 def test_the_cli_exits_0_with_an_ok_summary_and_warnings_alone(repo):
     result = run_cli(str(repo))
-    summary = f"OK: 9 model(s) in {repo} are consistent, 0 warning(s)"
+    summary = f"OK: {len(models_of(repo))} model(s) in {repo} are consistent, 0 warning(s)"
     assert (result.returncode, result.stdout.splitlines()) == (0, [summary])
     edit(config(repo, "preprocess"), 'key: "settings"', 'key: "note"')
     result = run_cli(str(repo))
@@ -488,3 +525,15 @@ def test_a_model_file_its_manifest_does_not_describe_is_an_error(repo):
     report = validate_repository(repo)
     problem(report, "classifier", "version 1:", "model.onnx is not the file manifest.json describes")
     problem(report, "captioner", "version 1:", "manifest.json lists text_decoder/decoder.json, which is missing")
+
+
+# --- the wire contract -------------------------------------------------------------------------------------
+
+
+def test_the_ensemble_keeps_the_wire_contracts_outputs(repo):
+    # An output removed (the step still produces it) and one retyped: both break every caller.
+    edit(config(repo, ENSEMBLE), '{ name: "CAPTION_STATUS", data_type: TYPE_STRING, dims: [ 1 ] },', "")
+    edit(config(repo, ENSEMBLE), '"PROBABILITY", data_type: TYPE_FP32', '"PROBABILITY", data_type: TYPE_FP64')
+    report = validate_repository(repo)
+    problem(report, ENSEMBLE, "declares no CAPTION_STATUS", "wire contract", "pipeline_src/contract.py")
+    problem(report, ENSEMBLE, "PROBABILITY is TYPE_FP64 [1], the wire contract's is TYPE_FP32 [1]")
