@@ -25,8 +25,7 @@ class ApiSettings(BaseSettings):
     deadline_s: float = Field(60.0, gt=0, description="per-request deadline of the Triton call, seconds")
     max_upload_bytes: int = Field(10 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     # Past this many captioning requests at once, 503 with Retry-After at once: waiting longer would only
-    # bring the caller a 504. 8 is the captioner's best CPU batch here; 16 gave 20 % more goodput for twice
-    # the latency and +37 % server memory (bigger batches), benchmarks/results/overload.md. Raise it on a GPU.
+    # bring the caller a 504. Why 8 on this CPU, and what 16 did: docs/configuration.md. Raise it on a GPU.
     max_in_flight: int = Field(
         8, gt=0, description="captioning requests this API process serves at once; past it, 503 with Retry-After"
     )
