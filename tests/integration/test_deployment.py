@@ -1,6 +1,8 @@
-"""What can be checked here of the containers and the Kubernetes manifests, without Docker, a GPU or a
-cluster: the classifier's native-backend configs, the Dockerfiles' paths and pins, the pins against the
-Triton image's Python, compose against the compose-spec schema, the manifests against Kubernetes'."""
+"""What can be checked here of the containers and the Kubernetes manifests without Docker, a GPU or a
+cluster: the classifier's native-backend configs, the Dockerfiles' bases, extras and paths, the Triton
+image's extra against NVIDIA's Python, compose against the compose-spec schema (and what the container check
+changes of it), the manifests against Kubernetes'. The images themselves are built and run by
+`make container-check` (deploy/containers/check.py), which needs a Docker engine."""
 
 import json
 import re
@@ -14,6 +16,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import tomllib
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from ruamel.yaml import YAML
 
 from pipeline_src import PROJECT_ROOT
@@ -81,29 +85,78 @@ def test_tritonserver_reads_the_switch(model_repository, tmp_path):
 
 
 # Dockerfiles -----------------------------------------------------------------------------------------
+# Built and run for real by `make container-check` (deploy/containers/check.py) on stand-in bases; here, what
+# holds without Docker: the real bases by default, the project installed with one extra, the copied paths.
+
+ARG_DEFAULT = re.compile(r"^ARG (\w+)=(\S+)$", flags=re.MULTILINE)
 
 
-def project_pins() -> dict[str, str]:
-    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]
-    specs = project["dependencies"] + [spec for extra in project["optional-dependencies"].values() for spec in extra]
-    return dict(re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==(\S+)", spec).groups() for spec in specs)
+def dockerfile(name: str) -> str:
+    return (PROJECT_ROOT / name).read_text()
 
 
-def dockerfile_pins(name: str) -> dict[str, str]:
-    return dict(re.findall(r'"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==([^"]+)"', (PROJECT_ROOT / name).read_text()))
+def pip_installs(name: str) -> list[str]:
+    """The pip install commands of a Dockerfile's RUN lines (continuation lines joined)."""
+    text = dockerfile(name).replace("\\\n", " ")
+    return [
+        command.strip()
+        for line in text.splitlines()
+        if line.startswith("RUN ")
+        for command in line.removeprefix("RUN ").split("&&")
+        if "pip install" in command
+    ]
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile.triton", "Dockerfile.api"])
-def test_the_images_pins_equal_the_projects(dockerfile):
-    pins, ours = dockerfile_pins(dockerfile), project_pins()
-    assert pins
-    for name, version in pins.items():
-        # The Triton image takes ONNX Runtime's GPU build, at the version the project pins.
-        assert version == ours[name.removesuffix("-gpu")], f"{dockerfile}: {name}=={version}"
+def optional_dependencies() -> dict[str, list[str]]:
+    return tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile.triton", "Dockerfile.api"])
-def test_every_path_a_dockerfile_copies_exists_and_is_not_docker_ignored(dockerfile):
+def extra_requirements(extra: str) -> list[str]:
+    """An extra's requirements, the project's own extras it names expanded (food11-pipeline[step-libs])."""
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["name"]
+    requirements = []
+    for spec in optional_dependencies()[extra]:
+        requirement = Requirement(spec)
+        if canonicalize_name(requirement.name) == canonicalize_name(project):
+            for inner in sorted(requirement.extras):
+                requirements += extra_requirements(inner)
+        else:
+            requirements.append(spec)
+    return requirements
+
+
+def test_the_dockerfiles_name_the_real_bases_by_default():
+    triton, api = (
+        dict(ARG_DEFAULT.findall(dockerfile("Dockerfile.triton"))),
+        dict(ARG_DEFAULT.findall(dockerfile("Dockerfile.api"))),
+    )
+    assert triton["TRITON_IMAGE"] == "nvcr.io/nvidia/tritonserver:25.08-py3"
+    assert triton["PYTHON_VERSION"] == TRITON_IMAGE_PYTHON  # asserted against the base's python3 at build time
+    assert triton["STEPS_EXTRA"] == "steps-gpu"
+    assert api["PYTHON_IMAGE"] == "python:3.11-slim"
+    assert "FROM ${TRITON_IMAGE} AS code" in dockerfile("Dockerfile.triton")
+    assert "FROM ${PYTHON_IMAGE}" in dockerfile("Dockerfile.api")
+
+
+@pytest.mark.parametrize(("name", "extras"), [("Dockerfile.triton", {"${STEPS_EXTRA}"}), ("Dockerfile.api", {"api"})])
+def test_the_images_install_the_project_with_its_extra_and_nothing_pinned_apart(name, extras):
+    installs = pip_installs(name)
+    assert installs
+    for command in installs:
+        assert "--no-deps" not in command and "==" not in command, f"{name}: {command}"
+        assert set(re.findall(r'"\.\[([^]]+)\]"', command)) == extras, f"{name}: {command}"
+
+
+def test_the_extras_the_images_take_exist():
+    extras = optional_dependencies()
+    assert {"steps", "steps-gpu", "api"} <= extras.keys()
+    gpu, cpu = extra_requirements("steps-gpu"), extra_requirements("steps")
+    assert [spec.replace("onnxruntime-gpu", "onnxruntime") for spec in gpu] == cpu  # the same steps, ORT's GPU build
+    assert not any(Requirement(spec).name == "tritonclient" for spec in gpu)  # NVIDIA's image has none
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.triton", "Dockerfile.api"])
+def test_every_path_a_dockerfile_copies_exists_and_is_not_docker_ignored(name):
     ignored = {
         line.strip()
         for line in (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
@@ -111,15 +164,15 @@ def test_every_path_a_dockerfile_copies_exists_and_is_not_docker_ignored(dockerf
     }
     sources = [
         source
-        for line in (PROJECT_ROOT / dockerfile).read_text().splitlines()
+        for line in dockerfile(name).splitlines()
         if line.startswith("COPY ")
         for source in shlex.split(line)[1:-1]
         if not source.startswith("--")
     ]
     assert sources
     for source in sources:
-        assert (PROJECT_ROOT / source).exists(), f"{dockerfile} copies {source}, which does not exist"
-        assert source not in ignored, f"{dockerfile} copies {source}, which .dockerignore leaves out"
+        assert (PROJECT_ROOT / source).exists(), f"{name} copies {source}, which does not exist"
+        assert source not in ignored, f"{name} copies {source}, which .dockerignore leaves out"
 
 
 def pypi_reachable() -> bool:
@@ -131,7 +184,8 @@ def pypi_reachable() -> bool:
 
 
 def dry_run_install(python_version: str, requirements: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """Would pip find a wheel of each requirement for this Python on manylinux x86-64? Metadata only."""
+    """Would pip find wheels for these requirements and everything they need, for this Python on manylinux
+    x86-64? Metadata only."""
     return subprocess.run(
         [
             sys.executable,
@@ -140,7 +194,6 @@ def dry_run_install(python_version: str, requirements: list[str], tmp_path: Path
             "install",
             "--dry-run",
             "--ignore-installed",
-            "--no-deps",
             "--only-binary=:all:",
             "--python-version",
             python_version,
@@ -159,12 +212,15 @@ def dry_run_install(python_version: str, requirements: list[str], tmp_path: Path
 
 
 @pytest.mark.skipif(not pypi_reachable(), reason="PyPI is not reachable from this machine")
-def test_the_triton_images_pins_have_wheels_for_its_python_and_not_for_24_10s(tmp_path):
-    """Each pin's own wheel (--no-deps): the image's Python must install every one."""
-    requirements = [f"{name}=={version}" for name, version in dockerfile_pins("Dockerfile.triton").items()]
+def test_the_triton_images_extra_installs_for_its_python_and_not_for_24_10s(tmp_path):
+    """The container check builds the image on Python 3.11; NVIDIA's image has 3.12: the `steps-gpu` extra and
+    everything it pulls in must have wheels for that Python too."""
+    requirements = extra_requirements("steps-gpu")
     result = dry_run_install(TRITON_IMAGE_PYTHON, requirements, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert all(f"{name}-{version}" in result.stdout for name, version in dockerfile_pins("Dockerfile.triton").items())
+    for spec in requirements:
+        name, version = spec.split("==")
+        assert f"{name}-{version}" in result.stdout.replace("_", "-")
     older = dry_run_install("3.10", ["onnxruntime-gpu==1.31.1"], tmp_path)  # Triton 24.10's Python
     assert older.returncode != 0 and "No matching distribution found for onnxruntime-gpu==1.31.1" in older.stderr
 
@@ -172,10 +228,15 @@ def test_the_triton_images_pins_have_wheels_for_its_python_and_not_for_24_10s(tm
 # compose ---------------------------------------------------------------------------------------------
 
 
+CHECK_OVERRIDE = "deploy/containers/compose.check.yaml"  # the container check's changes (make container-check)
+
+
 def load_compose(name: str) -> dict:
     yaml = YAML(typ="safe")
-    # Compose's merge tags (`!reset`, `!override`): kept as markers so that the merge below can apply them.
+    # Compose's merge tags: `!reset` kept as a marker so that the merge below can apply it; `!override` replaces
+    # instead of merging, which the merge below does for every sequence anyway.
     yaml.constructor.add_constructor("!reset", lambda loader, node: {"__reset__": True})
+    yaml.constructor.add_constructor("!override", lambda loader, node: loader.construct_sequence(node, deep=True))
     return json.loads(json.dumps(yaml.load((PROJECT_ROOT / name).read_text())))
 
 
@@ -206,7 +267,7 @@ def merge(base, override):
     return override
 
 
-@pytest.mark.parametrize("name", ["compose.yaml", "compose.cpu.yaml"])
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.cpu.yaml", CHECK_OVERRIDE])
 def test_compose_files_validate_against_the_compose_spec(name):
     jsonschema.validate(without_reset_markers(load_compose(name)), compose_schema())
 
@@ -219,6 +280,10 @@ def test_compose_runs_triton_on_a_gpu_and_the_api_after_it_is_healthy():
     assert "v2/health/ready" in " ".join(triton["healthcheck"]["test"])
     assert api["depends_on"]["triton"]["condition"] == "service_healthy"
     assert api["environment"]["FOOD11_API_TRITON_URL"] == "triton:8001"
+    # the image's non-root user on a read-only root, /tmp in memory, no capabilities (the container check runs it so)
+    assert "USER nobody" in dockerfile("Dockerfile.api") and "user" not in api
+    assert api["read_only"] is True and api["tmpfs"] == ["/tmp:size=64m"]
+    assert api["cap_drop"] == ["ALL"] and api["security_opt"] == ["no-new-privileges:true"]
     for port in triton["ports"] + api["ports"]:  # published on loopback unless FOOD11_PUBLISH says otherwise
         assert port.startswith("${FOOD11_PUBLISH:-127.0.0.1}:")
 
@@ -229,6 +294,38 @@ def test_the_cpu_variant_is_the_same_stack_without_the_gpu():
     assert "deploy" not in triton
     assert triton["environment"]["TRITON_CONFIG"] == ""  # the Python-backend classifier, on the CPU
     assert merged["services"]["api"] == load_compose("compose.yaml")["services"]["api"]
+
+
+def test_the_container_check_changes_only_bases_network_and_models():
+    """What `make container-check` runs is compose.yaml + compose.cpu.yaml as they are, but for the stand-in
+    bases, the host network (servers on 127.0.0.1, `triton` resolving there) and the tiny models' mount."""
+    cpu = merge(load_compose("compose.yaml"), load_compose("compose.cpu.yaml"))
+    checked = merge(cpu, load_compose(CHECK_OVERRIDE))
+    changed = {"build", "image", "network_mode", "ports", "volumes", "environment", "extra_hosts"}
+    for name, service in cpu["services"].items():
+        ours = checked["services"][name]
+        assert {key: value for key, value in ours.items() if key not in changed} == {
+            key: value for key, value in service.items() if key not in changed
+        }
+        assert ours["network_mode"] == "host" and "ports" not in ours  # `!reset`: no published ports
+        assert ours["image"] == f"{service['image']}:standin"  # never tagged as the real image
+        assert ours["build"]["network"] == "host"
+        assert {k: v for k, v in ours["build"].items() if k not in ("args", "network", "labels")} == {
+            k: v for k, v in service["build"].items() if k != "args"
+        }
+        added = {key for key in ours["environment"] if ours["environment"][key] != service["environment"].get(key)}
+        assert added == {"triton": {"TRITON_ARGS"}, "api": {"FOOD11_API_HOST"}}[name]
+        assert "127.0.0.1" in ours["environment"][next(iter(added))]
+    triton, api = checked["services"]["triton"], checked["services"]["api"]
+    assert triton["build"]["args"] == {
+        "MODELS": "mounted",
+        "TRITON_IMAGE": "local/tritonserver-standin",
+        "PYTHON_VERSION": "3.11",
+        "STEPS_EXTRA": "steps",
+    }
+    assert api["build"]["args"] == {"PYTHON_IMAGE": "local/python:3.11-slim-standin"}
+    assert [volume.rsplit("}", 1)[1] for volume in triton["volumes"]] == [":/models:ro"]  # ${FOOD11_CHECK_MODELS...}
+    assert api["extra_hosts"] == ["triton:127.0.0.1"]
 
 
 # Kubernetes ------------------------------------------------------------------------------------------
