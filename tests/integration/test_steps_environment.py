@@ -24,7 +24,10 @@ def steps_python(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", f"{PROJECT_ROOT}[steps]"],
+        [
+            *(str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"),
+            *("-c", str(PROJECT_ROOT / "constraints.txt"), f"{PROJECT_ROOT}[steps]"),
+        ],
         check=True,
         timeout=900,
     )
