@@ -14,11 +14,19 @@ import httpx
 import numpy as np
 from PIL import Image
 
-from pipeline_src import PROJECT_ROOT
+from pipeline_src import PROJECT_ROOT, contract
+from pipeline_src.repository.loading import parse_config
 
 PHOTOS_DIR = Path(__file__).parent / "photos"
 FRUIT_PHOTOS = ("apple.jpg", "orange.jpg", "fruits.jpg")
 APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
+
+
+def extra_outputs(repository: Path, ensemble: str = contract.ENSEMBLE) -> list[str]:
+    """The outputs ``ensemble`` declares beyond the wire contract, in its config's order: what every surface
+    answers under ``extra`` (none for the shipped food11_pipeline; a newcomer's step adds some)."""
+    config = parse_config(repository / ensemble / "config.pbtxt")
+    return [output.name for output in config.output if output.name not in contract.CORE_OUTPUTS]
 
 
 def post_photo(

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from helpers import extra_outputs
 
 from food11_client import cli
 from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
@@ -23,7 +24,7 @@ def photo_files(tmp_path, photos):
     return paths
 
 
-def test_prints_one_json_result_per_photo_in_order(triton, photo_files, capsys):
+def test_prints_one_json_result_per_photo_in_order(triton, photo_files, capsys, model_repository):
     files = [str(photo_files["apple.jpg"]), str(photo_files["coffee.png"])]
     assert cli.main(["--url", triton.grpc_url, *files]) == 0
     printed = capsys.readouterr()
@@ -40,7 +41,7 @@ def test_prints_one_json_result_per_photo_in_order(triton, photo_files, capsys):
         "warnings",
         "extra",
     }
-    assert results[1]["extra"] == {}  # the shipped ensemble declares the core contract alone
+    assert list(results[1]["extra"]) == extra_outputs(model_repository)  # none as shipped
     assert [model["model"] for model in results[0]["models"]] == ["captioner", "classifier", "vision_encoder"]
     # the session's models are the offline stand-ins: each warning once, where a person reads it
     assert printed.err.count(f"warning: {BLIP_STANDIN_WARNING}") == 1

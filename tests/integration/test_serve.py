@@ -126,8 +126,7 @@ def test_a_broken_repository_is_refused_before_tritonserver_starts(model_reposit
     )
     assert result.returncode != 0
     assert (
-        "ERROR food11_pipeline: step 2 (classifier) consumes tensor 'classifier_pixelz', which no step produces "
-        "and is not an ensemble input"
+        "(classifier) consumes tensor 'classifier_pixelz', which no step produces and is not an ensemble input"
     ) in result.stderr
     assert "tritonserver not started" in result.stderr
     assert not (tmp_path / "server.log").exists()  # tritonserver never ran: it would have written its log

@@ -91,20 +91,26 @@ def tensors(tensor_list) -> dict:
 @pytest.mark.parametrize("ensemble", ENSEMBLES)
 def test_ensemble_wiring_is_consistent(ensemble):
     config = CONFIGS[ensemble]
-    available = tensors(config.input)  # ensemble tensor name -> (dtype, dims)
-    for step in config.ensemble_scheduling.step:
+    steps = list(config.ensemble_scheduling.step)
+    for step in steps:
         assert step.model_name in CONFIGS, f"unknown model {step.model_name}"
-        model = CONFIGS[step.model_name]
-        assert model.max_batch_size >= config.max_batch_size, f"{step.model_name} batches less than the ensemble"
-        model_inputs, model_outputs = tensors(model.input), tensors(model.output)
-        assert set(step.input_map) == set(model_inputs), f"{step.model_name}: every input fed, no unknown input"
-        for model_input, ensemble_tensor in step.input_map.items():
-            assert ensemble_tensor in available, f"{step.model_name} consumes {ensemble_tensor}, produced by no one"
-            assert available[ensemble_tensor] == model_inputs[model_input], f"{step.model_name}.{model_input}"
+    # Every ensemble tensor -> (dtype, dims): the inputs, then what each step produces, whatever the order of the
+    # steps in the config (Triton schedules by the tensors).
+    available = tensors(config.input)
+    for step in steps:
+        model_outputs = tensors(CONFIGS[step.model_name].output)
         for model_output, ensemble_tensor in step.output_map.items():
             assert model_output in model_outputs, f"{step.model_name} has no output {model_output}"
             assert ensemble_tensor not in available, f"{ensemble_tensor} produced twice"
             available[ensemble_tensor] = model_outputs[model_output]
+    for step in steps:
+        model = CONFIGS[step.model_name]
+        assert model.max_batch_size >= config.max_batch_size, f"{step.model_name} batches less than the ensemble"
+        model_inputs = tensors(model.input)
+        assert set(step.input_map) == set(model_inputs), f"{step.model_name}: every input fed, no unknown input"
+        for model_input, ensemble_tensor in step.input_map.items():
+            assert ensemble_tensor in available, f"{step.model_name} consumes {ensemble_tensor}, produced by no one"
+            assert available[ensemble_tensor] == model_inputs[model_input], f"{step.model_name}.{model_input}"
     for name, spec in tensors(config.output).items():
         assert available.get(name) == spec, f"ensemble output {name} not produced as declared"
 
