@@ -30,12 +30,11 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from pipeline_src import PROJECT_ROOT
+from pipeline_src import PROJECT_ROOT, contract
 from pipeline_src.repository.loading import ModelEntry, parse_config
 from pipeline_src.repository.step_settings import stub_import_path
 from pipeline_src.steps.classification import caption_plan, predict
@@ -96,31 +95,21 @@ def _bytes_rows(values: Sequence[str | bytes]) -> np.ndarray:
     return np.array(encoded, dtype=np.object_).reshape(-1, 1)
 
 
-@dataclass
-class Model:
-    """What this module reads of a model's config."""
-
-    name: str
-    directory: Path
-    config: Any  # model_config_pb2.ModelConfig
+class Model(ModelEntry):
+    """A model of the repository, with what this module reads of its config."""
 
     @property
     def inputs(self) -> dict[str, str]:
         """Input name -> data type name (``TYPE_FP32``)."""
-        return {tensor.name: _type_name(tensor.data_type) for tensor in self.config.input}
-
-    @property
-    def is_ensemble(self) -> bool:
-        return self.config.platform == "ensemble"
+        return {tensor.name: _type_name(tensor.data_type) for tensor in self.parsed_config.input}
 
     def parameters(self) -> dict[str, str]:
-        return {key: value.string_value for key, value in self.config.parameters.items()}
+        return {key: value.string_value for key, value in self.parsed_config.parameters.items()}
 
     def settings(self) -> StepSettings | None:
         """Its typed settings; its logic module imported as the server's stub imports it (a self-contained
         step's from its model folder)."""
-        versions = sorted(path for path in self.directory.iterdir() if path.is_dir() and path.name.isdigit())
-        with stub_import_path(ModelEntry(self.name, self.directory, self.config, versions)):
+        with stub_import_path(self):
             cls = declared_settings_class(self.parameters())
         return cls.from_parameters(self.parameters()) if cls is not None else None
 
@@ -151,7 +140,7 @@ def _onnx_runner(model: Model, settings: StepSettings) -> Runner:
     assert isinstance(settings, OnnxStepSettings)
     onnx = OnnxModel.from_settings(settings, model.directory / "1")
     ((input_name, data_type),) = model.inputs.items()
-    output_name = model.config.output[0].name
+    output_name = model.parsed_config.output[0].name
     dtype = np.dtype(_NUMPY_TYPES[data_type])
     return lambda inputs: {output_name: onnx(np.asarray(inputs[input_name], dtype=dtype))}
 
@@ -254,11 +243,11 @@ class Tensors:
 
     def source(self, ensemble: Model, tensor: str) -> tuple:
         """What an ensemble tensor is: the photos, or (producing model, its output, its inputs' sources)."""
-        if tensor in {t.name for t in ensemble.config.input}:
+        if tensor in {t.name for t in ensemble.parsed_config.input}:
             if tensor != PHOTOS_INPUT:
                 raise Unfed(f"{ensemble.name}'s input '{tensor}': only '{PHOTOS_INPUT}' (the photos) is known here")
             return (PHOTOS_INPUT,)
-        for step in ensemble.config.ensemble_scheduling.step:
+        for step in ensemble.parsed_config.ensemble_scheduling.step:
             for key, value in step.output_map.items():
                 if value == tensor:
                     inputs = tuple(sorted((k, self.source(ensemble, v)) for k, v in step.input_map.items()))
@@ -296,23 +285,29 @@ class PerfInputs:
 
 
 def load_models(repository: Path) -> dict[str, Model]:
+    """Every model with a config; a config that does not parse raises (food11-validate says more)."""
     return {
-        path.parent.name: Model(path.parent.name, path.parent, parse_config(path))
+        path.parent.name: Model(
+            path.parent.name,
+            path.parent,
+            parse_config(path),
+            sorted(version for version in path.parent.iterdir() if version.is_dir() and version.name.isdigit()),
+        )
         for path in sorted(repository.glob("*/config.pbtxt"))
     }
 
 
 def _ensembles_first(models: dict[str, Model]) -> list[Model]:
-    """The ensembles, food11_pipeline first: where a step's feed is looked for."""
+    """The ensembles, the pipeline's first: where a step's feed is looked for."""
     ensembles = [model for model in models.values() if model.is_ensemble]
-    return sorted(ensembles, key=lambda model: (model.name != "food11_pipeline", model.name))
+    return sorted(ensembles, key=lambda model: (model.name != contract.ENSEMBLE, model.name))
 
 
 def _feed_from_ensembles(tensors: Tensors, model: Model) -> tuple[dict[str, np.ndarray] | None, list[str]]:
     """The model's inputs as an ensemble hands them (the first ensemble that can), or the reasons none can."""
     reasons = []
     for ensemble in _ensembles_first(tensors.models):
-        for step in ensemble.config.ensemble_scheduling.step:
+        for step in ensemble.parsed_config.ensemble_scheduling.step:
             if step.model_name != model.name:
                 continue
             try:
@@ -330,7 +325,7 @@ def _feed_by_bls(tensors: Tensors, callee: Model) -> tuple[dict[str, np.ndarray]
     reasons = []
     for caller in tensors.models.values():
         try:
-            settings = caller.settings() if caller.config.backend == "python" else None
+            settings = caller.settings() if caller.parsed_config.backend == "python" else None
         except Exception:
             continue
         for call in getattr(settings, "BLS_CALLS", ()):

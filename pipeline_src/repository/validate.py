@@ -97,11 +97,8 @@ def check_declared_tensors(entry: ModelEntry, settings: StepSettings, report: Re
         if declared is None:
             continue
         where = f"{type(settings).__module__}.{constant}"
-        if isinstance(declared, str) or not isinstance(declared, Iterable):
-            report.error(entry.name, f"{where} is not a collection of tensor names")
-            continue
-        names = list(declared)
-        if not all(isinstance(name, str) for name in names):
+        names = None if isinstance(declared, str) or not isinstance(declared, Iterable) else list(declared)
+        if names is None or not all(isinstance(name, str) for name in names):
             report.error(entry.name, f"{where} is not a collection of tensor names")
             continue
         configured = [tensor.name for tensor in getattr(entry.parsed_config, kind)]
