@@ -157,12 +157,12 @@ def _extra_outputs(metadata) -> tuple[OutputSpec, ...]:
     )
 
 
-def _json_row(row: np.ndarray) -> Any:
-    """One photo's row of an output as JSON values: BYTES as text, a one-element row as its value."""
-    if row.dtype == np.object_:
-        row = np.vectorize(lambda value: value.decode("utf-8", "replace"), otypes=[object])(row)
-    value = row.tolist()
-    return value[0] if row.shape == (1,) else value
+def _json_rows(rows: np.ndarray) -> list:
+    """Each photo's row of an output as JSON values: BYTES as text, a one-element row as its value."""
+    if rows.dtype == np.object_:
+        rows = np.vectorize(lambda value: value.decode("utf-8", "replace"), otypes=[object])(rows)
+    one_element = rows.shape[1:] == (1,)
+    return [row[0] if one_element else row for row in rows.tolist()]
 
 
 @functools.lru_cache(maxsize=8)
@@ -176,7 +176,7 @@ def _served_models(models_json: bytes) -> tuple[ServedModel, ...]:
 
 def _results(response, extra: Sequence[OutputSpec]) -> list[CaptionResult]:
     labels, probabilities, captions, statuses, models = (response.as_numpy(name).reshape(-1) for name in CORE_OUTPUTS)
-    extras = {spec.name: response.as_numpy(spec.name) for spec in extra}
+    extras = {spec.name: _json_rows(response.as_numpy(spec.name)) for spec in extra}
     return [
         CaptionResult(
             label.decode(),
@@ -184,7 +184,7 @@ def _results(response, extra: Sequence[OutputSpec]) -> list[CaptionResult]:
             caption.decode(),
             status.decode(),
             _served_models(served),
-            {name: _json_row(rows[index]) for name, rows in extras.items()},
+            {name: rows[index] for name, rows in extras.items()},
         )
         for index, (label, probability, caption, status, served) in enumerate(
             zip(labels, probabilities, captions, statuses, models)
