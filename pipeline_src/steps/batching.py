@@ -17,9 +17,9 @@ class BatchContractError(RuntimeError):
     """A step's compute broke its contract: outputs other than those declared, or other row counts."""
 
 
-def stack_requests(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, list[int]]:
-    """The requests' arrays as one batch (no copy for a single request), and each request's row count."""
-    return (arrays[0] if len(arrays) == 1 else np.concatenate(arrays)), [len(array) for array in arrays]
+def stack_requests(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """The requests' arrays as one batch (no copy for a single request)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def split_rows(batch: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
@@ -53,7 +53,7 @@ def compute_stacked(
     """Each request's outputs, in order, from one ``compute`` over all requests' rows stacked input by
     input. ``declared_outputs``: the names the step's config declares (checked by ``check_outputs``)."""
     inputs = list(requests[0])
-    stacked = {name: stack_requests([request[name] for request in requests])[0] for name in inputs}
+    stacked = {name: stack_requests([request[name] for request in requests]) for name in inputs}
     sizes = [len(request[inputs[0]]) for request in requests]
     outputs = compute(stacked)
     check_outputs(outputs, declared_outputs, sum(sizes))
