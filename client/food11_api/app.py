@@ -9,10 +9,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.formparsers import MultiPartParser
 
+from food11_api.admission import AdaptiveLimit
 from food11_api.dependencies import get_client
 from food11_api.errors import EXCEPTION_HANDLERS
 from food11_api.extra_outputs import learn_extra_outputs, with_extra_outputs
-from food11_api.metrics import ModelAnswers, Refusals, instrument
+from food11_api.metrics import ModelAnswers, Refusals, instrument, observe_admission
 from food11_api.middleware import (
     AdmissionMiddleware,
     BodySizeLimitMiddleware,
@@ -59,9 +60,12 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     MultiPartParser.spool_max_size = max(MultiPartParser.spool_max_size, settings.max_upload_bytes)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_upload_bytes)
     # Outside the body limit: a request over capacity is refused before its body is read.
+    app.state.admission = AdaptiveLimit(
+        settings.latency_target * settings.deadline_s, settings.min_in_flight, settings.max_in_flight
+    )
     app.add_middleware(
         AdmissionMiddleware,
-        max_in_flight=settings.max_in_flight,
+        limit=app.state.admission,
         retry_after_s=settings.retry_after_s,
         paths=captioning.CAPTIONING_PATHS,
         refused=lambda: app.state.refusals.count("api"),
@@ -71,6 +75,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     registry = instrument(app)  # outermost: counts the middlewares' answers too
     app.state.model_answers = ModelAnswers(registry)
     app.state.refusals = Refusals(registry)
+    observe_admission(registry, app.state.admission)
 
     app.include_router(captioning.router)
     app.include_router(health.router)

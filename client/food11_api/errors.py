@@ -44,9 +44,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         "unexpected failure; the request id is in the log", f"internal error (request id {REQUEST_ID_EXAMPLE})"
     ),
     503: _error_doc(
-        "over capacity (this API's in-flight cap, or a Triton step's queue; the Retry-After header says "
-        "when to retry), or Triton is unreachable or the ensemble is not loaded",
-        "over capacity: this API already serves 8 requests (FOOD11_API_MAX_IN_FLIGHT); retry after 2 s",
+        "over capacity (this API's adaptive in-flight limit, or a Triton step's queue; the Retry-After header "
+        "says when to retry: the measured time to drain the requests in flight), or Triton is unreachable or "
+        "the ensemble is not loaded",
+        "over capacity: this API serves 8 requests, as many as it answers within 30 s at the measured "
+        "0.281 per second; retry after 29 s",
     ),
     504: _error_doc("the pipeline did not answer within the deadline", "Deadline Exceeded"),
 }
@@ -60,7 +62,7 @@ async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
     status = next((code for kind, code in STATUS_BY_ERROR.items() if isinstance(exc, kind)), 500)
     if isinstance(exc, OverloadedError):  # Triton's queue refused it: the same answer as our own cap
         request.app.state.refusals.count("triton")
-        retry_after = request.app.state.settings.retry_after_s
+        retry_after = request.app.state.admission.retry_after_s(request.app.state.settings.retry_after_s)
         log.info(
             "request %s: %s %s -> 503 (Triton over capacity): %s",
             request.state.request_id,

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_fastapi_instrumentator import Instrumentator, metrics
+
+from food11_api.admission import AdaptiveLimit
 
 # A caption takes ~0.05 s on a GPU and up to ~20 s on a loaded CPU: buckets that tell those apart.
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60)
@@ -58,3 +60,14 @@ class Refusals:
 
     def count(self, by: str) -> None:
         self.counter.labels(by).inc()
+
+
+def observe_admission(registry: CollectorRegistry, admission: AdaptiveLimit) -> None:
+    """food11_admission_limit, food11_requests_in_flight and food11_answer_rate (per second, 0 before the
+    first answer): what the adaptive limit settled on, and why. Read at each scrape."""
+    for name, description, read in (
+        ("food11_admission_limit", "captioning requests admitted at once, now", lambda: admission.limit),
+        ("food11_requests_in_flight", "captioning requests in flight", lambda: admission.in_flight),
+        ("food11_answer_rate", "requests answered per second, measured", lambda: admission.rate_per_s or 0.0),
+    ):
+        Gauge(name, description, registry=registry).set_function(read)

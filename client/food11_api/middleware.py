@@ -1,5 +1,5 @@
-"""Pure ASGI middlewares: a request id on every request, a cap on request bodies, a cap on requests in
-flight, Server-Timing."""
+"""Pure ASGI middlewares: a request id on every request, a cap on request bodies, admission (a limit on
+requests in flight that follows the measured capacity), Server-Timing."""
 
 from __future__ import annotations
 
@@ -10,10 +10,14 @@ from collections.abc import Callable
 
 from starlette.responses import JSONResponse
 
+from food11_api.admission import AdaptiveLimit
+
 REQUEST_ID_HEADER = b"x-request-id"
 # A caller's id goes into logs and headers: only a plain token is taken (no control characters, no
 # terminal escapes, no newlines to forge log lines); anything else gets a fresh id.
 SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# What says how fast the pipeline answers: an answer, or the deadline run into (504).
+MEASURED_STATUSES = frozenset({200, 504})
 
 
 def error_response(status: int, detail: str, request_id: str, **headers: str) -> JSONResponse:
@@ -123,31 +127,43 @@ class ServerTimingMiddleware:
 
 
 class AdmissionMiddleware:
-    """At most ``max_in_flight`` requests to ``paths`` at once; past it, 503 with ``Retry-After`` at once,
-    before the body is read: an API over capacity sheds load instead of queueing it until the deadline.
+    """Requests to ``paths`` up to the adaptive limit (admission.py); past it, 503 at once, before the body is
+    read, with ``Retry-After`` the measured drain time (``retry_after_s`` before anything was measured): an
+    API over capacity sheds load instead of queueing it until the deadline. The time a request was let in
+    goes into ``request.state.admitted_at``, where the deadline of its Triton call counts from.
     ``refused`` is called for each refusal (the metric)."""
 
-    def __init__(self, app, max_in_flight: int, retry_after_s: int, paths: frozenset[str], refused: Callable[[], None]):
+    def __init__(
+        self, app, limit: AdaptiveLimit, retry_after_s: int, paths: frozenset[str], refused: Callable[[], None]
+    ):
         self.app = app
-        self.max_in_flight = max_in_flight
+        self.limit = limit
         self.retry_after_s = retry_after_s
         self.paths = paths
         self.refused = refused
-        self.in_flight = 0  # one event loop: no lock needed
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] not in self.paths:
             return await self.app(scope, receive, send)
-        if self.in_flight >= self.max_in_flight:
+        admitted = self.limit.try_admit()
+        if admitted is None:
             self.refused()
             response = over_capacity_response(
-                f"this API already serves {self.max_in_flight} requests (FOOD11_API_MAX_IN_FLIGHT)",
+                self.limit.why_full(),
                 _request_id(scope),
-                self.retry_after_s,
+                self.limit.retry_after_s(self.retry_after_s),
             )
             return await response(scope, receive, send)
-        self.in_flight += 1
+        scope.setdefault("state", {})["admitted_at"] = admitted.at
+        status = 0
+
+        async def send_with_status(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_with_status)
         finally:
-            self.in_flight -= 1
+            self.limit.finished(admitted, measured=status in MEASURED_STATUSES)

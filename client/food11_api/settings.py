@@ -24,11 +24,17 @@ class ApiSettings(BaseSettings):
     model_name: str = Field("food11_pipeline", description="the ensemble to call")
     deadline_s: float = Field(60.0, gt=0, description="per-request deadline of the Triton call, seconds")
     max_upload_bytes: int = Field(10 * 1024 * 1024, gt=0, description="larger request bodies get 413")
-    # Past this many captioning requests at once, 503 with Retry-After at once: waiting longer would only
-    # bring the caller a 504. Why 8 on this CPU, and what 16 did: docs/configuration.md. Raise it on a GPU.
-    max_in_flight: int = Field(
-        8, gt=0, description="captioning requests this API process serves at once; past it, 503 with Retry-After"
+    # Admission (admission.py): as many captioning requests at once as the measured rate answers within
+    # this share of the deadline; the rest of the deadline is the margin for a machine that slows down.
+    latency_target: float = Field(
+        0.5, gt=0, lt=1, description="the share of the deadline admitted requests aim to be answered within"
     )
-    retry_after_s: int = Field(RETRY_AFTER_S, ge=0, description="the Retry-After of a 503 under overload, seconds")
+    min_in_flight: int = Field(1, gt=0, description="the adaptive in-flight limit never goes below this")
+    max_in_flight: int = Field(
+        64, gt=0, description="the adaptive in-flight limit never goes above this (memory, Triton's queues)"
+    )
+    retry_after_s: int = Field(
+        RETRY_AFTER_S, ge=0, description="Retry-After of a 503 before any answer was measured; then the drain time"
+    )
     host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 to serve other machines")
     port: int = Field(8080, description="bind port")

@@ -192,6 +192,13 @@ def _results(response, extra: Sequence[OutputSpec]) -> list[CaptionResult]:
     ]
 
 
+def triton_timeout_us(timeout_s: float | None) -> int | None:
+    """The caller's time left, as the request's timeout in Triton: a step whose queue policy allows the
+    override (the vision encoder's, the captioner's) refuses the request once it has waited that long in
+    its queue, rather than start work nobody waits for any more. The ensemble hands it to every step."""
+    return None if timeout_s is None else max(1, round(timeout_s * 1_000_000))
+
+
 def _manifests(response) -> list[dict]:
     return json.loads(response.as_numpy(contract.MANIFESTS)[0])
 
@@ -252,7 +259,13 @@ class Food11Client(_Connection):
         inputs, outputs = _inputs(grpcclient, images), _outputs(grpcclient, extra)
         if self.timeout_s is None or cancels_safely(self.server_version()):
             try:
-                response = self._client.infer(self.model, inputs, outputs=outputs, client_timeout=self.timeout_s)
+                response = self._client.infer(
+                    self.model,
+                    inputs,
+                    outputs=outputs,
+                    timeout=triton_timeout_us(self.timeout_s),
+                    client_timeout=self.timeout_s,
+                )
             except InferenceServerException as exc:
                 raise _translate(exc) from exc
             return _results(response, extra)
@@ -268,7 +281,9 @@ class Food11Client(_Connection):
             self._unanswered.discard(answered)
 
         self._unanswered.add(answered)
-        self._client.async_infer(self.model, inputs, callback=done, outputs=outputs)
+        self._client.async_infer(
+            self.model, inputs, callback=done, outputs=outputs, timeout=triton_timeout_us(self.timeout_s)
+        )
         if not answered.wait(max(0.0, deadline - time.monotonic())) or answer["at"] > deadline:
             raise DeadlineExceededError(gave_up(self.timeout_s, self.server_version()), "StatusCode.DEADLINE_EXCEEDED")
         if answer["error"] is not None:
@@ -328,8 +343,8 @@ class AsyncFood11Client(_Connection):
         timeout_s = timeout_s or self.timeout_s
         extra = await self.extra_outputs()
         if await self.cancels_calls():
-            return _results(await self._infer(images, extra, timeout_s), extra)
-        call = asyncio.ensure_future(self._infer(images, extra, None))
+            return _results(await self._infer(images, extra, timeout_s, cancel_at_deadline=True), extra)
+        call = asyncio.ensure_future(self._infer(images, extra, timeout_s, cancel_at_deadline=False))
         self._unanswered.add(call)
         call.add_done_callback(self._forget)
         try:
@@ -341,13 +356,16 @@ class AsyncFood11Client(_Connection):
                 gave_up(timeout_s, await self.server_version()), "StatusCode.DEADLINE_EXCEEDED"
             ) from None
 
-    async def _infer(self, images: Sequence[bytes], extra: Sequence[OutputSpec], timeout_s: float | None):
+    async def _infer(
+        self, images: Sequence[bytes], extra: Sequence[OutputSpec], timeout_s: float | None, cancel_at_deadline: bool
+    ):
         try:
             return await self._client.infer(
                 self.model,
                 _inputs(grpcclient_aio, images),
                 outputs=_outputs(grpcclient_aio, extra),
-                client_timeout=timeout_s,
+                timeout=triton_timeout_us(timeout_s),
+                client_timeout=timeout_s if cancel_at_deadline else None,
             )
         except InferenceServerException as exc:
             raise _translate(exc) from exc

@@ -177,7 +177,9 @@ class LabelAndCaptionSettings(StepSettings):
     captioner_model: str = "captioner"
     prompt_template: str = "a photo of {label},"
     confidence_threshold: float = 0.5  # below it, caption without the label prompt
-    caption_timeout_ms: int = 30_000
+    # The longest wait for a caption. A request that carries its caller's time left (Triton's request
+    # timeout) waits that long instead when it is shorter: this bounds the callers that say nothing.
+    caption_timeout_ms: int = 300_000
 
     # model.py builds its captioner request from this; food11-validate checks it against the captioner.
     CAPTIONER_CALL: ClassVar[BlsCall] = BlsCall(
@@ -195,6 +197,13 @@ class LabelAndCaptionSettings(StepSettings):
         _require("{label}" in self.prompt_template, "prompt_template must contain {label}")
         _require(0.0 <= self.confidence_threshold <= 1.0, "confidence_threshold must lie in [0, 1]")
         _require(self.caption_timeout_ms > 0, "caption_timeout_ms must be positive")
+
+    def caption_wait_ms(self, request_timeout_us: int) -> int:
+        """How long to wait for the captioner: the caller's time left (0: unset), at most
+        caption_timeout_ms."""
+        if request_timeout_us <= 0:
+            return self.caption_timeout_ms
+        return max(1, min(self.caption_timeout_ms, request_timeout_us // 1000))
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,15 @@
 """Under overload the service refuses at once (503 + Retry-After, OverloadedError, exit 4) instead of
-queueing until the deadline; what it answers is still right, and it serves normally once the load drops."""
+queueing until the deadline; what it answers is still right, and it serves normally once the load drops.
+The API's limit follows the measured rate; a request's deadline reaches Triton's queues."""
 
 import asyncio
 import json
+import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import Request
 
@@ -23,20 +26,24 @@ class HeldClient:
     def __init__(self, client, entered: threading.Event, release: threading.Event):
         self.client, self.entered, self.release = client, entered, release
 
-    async def caption(self, images):
+    async def caption(self, images, timeout_s=None):
         self.entered.set()
         await asyncio.get_running_loop().run_in_executor(None, self.release.wait, 60)
-        return await self.client.caption(images)
+        return await self.client.caption(images, timeout_s)
 
     async def cancels_calls(self):
         return await self.client.cancels_calls()
 
 
-def refused_count(api_url: str, by: str) -> float:
+def metric(api_url: str, sample: str) -> float:
     for line in httpx.get(f"{api_url}/metrics").text.splitlines():
-        if line.startswith(f'food11_refused_total{{by="{by}"}}'):
+        if line.startswith(sample + " "):
             return float(line.split()[-1])
-    raise AssertionError(f"no food11_refused_total{{by={by!r}}} in /metrics")
+    raise AssertionError(f"no {sample} in /metrics")
+
+
+def refused_count(api_url: str, by: str) -> float:
+    return metric(api_url, f'food11_refused_total{{by="{by}"}}')
 
 
 def test_the_api_refuses_past_its_in_flight_cap_at_once_and_serves_again_after(api_factory, photos, client):
@@ -56,15 +63,59 @@ def test_the_api_refuses_past_its_in_flight_cap_at_once_and_serves_again_after(a
         release.set()
         answered = held.result()
     assert refused.status_code == also_refused.status_code == 503
-    assert refused.headers["retry-after"] == "3"
+    assert refused.headers["retry-after"] == "3"  # nothing measured yet: the configured fallback
     assert refused.json()["detail"] == (
-        "over capacity: this API already serves 1 requests (FOOD11_API_MAX_IN_FLIGHT); retry after 3 s"
+        "over capacity: this API serves 1 requests, its limit until answers measure the pipeline's speed; "
+        "retry after 3 s"
     )
     assert refused_count(api.url, "api") == 2
     (direct,) = client.caption([photos["apple.jpg"]])
     assert answered.status_code == 200 and answered.json()["caption"] == direct.caption
     after = httpx.post(f"{api.url}/caption", files=upload, timeout=120)
     assert after.status_code == 200 and after.json()["caption"] == direct.caption
+
+
+def test_the_limit_follows_the_measured_rate_and_retry_after_the_drain_time(api_factory, photos):
+    """After one answer the limit is the measured rate times the latency target, within the guard rails,
+    and a refusal's Retry-After is the time the requests in flight take to drain at that rate."""
+    entered, release = threading.Event(), threading.Event()
+    holding = threading.Event()
+
+    def maybe_held(request: Request):
+        return HeldClient(request.app.state.client, entered, release) if holding.is_set() else request.app.state.client
+
+    api = api_factory(deadline_s=60, latency_target=0.5, max_in_flight=1, dependency_overrides={get_client: maybe_held})
+    upload = {"photo": ("apple.jpg", photos["apple.jpg"])}
+    assert metric(api.url, "food11_answer_rate") == 0 and metric(api.url, "food11_admission_limit") == 1
+    assert httpx.post(f"{api.url}/caption", files=upload, timeout=120).status_code == 200
+    rate = metric(api.url, "food11_answer_rate")
+    assert rate > 0
+    assert metric(api.url, "food11_admission_limit") == max(1, min(1, math.floor(rate * 30)))
+    holding.set()
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(httpx.post, f"{api.url}/caption", files=upload, timeout=120)
+        assert entered.wait(60)
+        assert metric(api.url, "food11_requests_in_flight") == 1
+        refused = httpx.post(f"{api.url}/caption", files=upload, timeout=120)
+        release.set()
+        assert held.result().status_code == 200
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == str(max(1, math.ceil(1 / rate)))
+    assert f"at the measured {rate:.3g} per second" in refused.json()["detail"]
+
+
+def test_the_callers_time_left_reaches_every_queue_of_the_pipeline(triton_grpc, photos):
+    """A request's timeout (the time its caller has left) is passed by the ensemble to the steps, whose
+    queues refuse it once it has waited that long: 1 µs has passed before any batch forms."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    image = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+    image.set_data_from_numpy(np.array([[photos["apple.jpg"]]], dtype=np.object_))
+    with pytest.raises(InferenceServerException, match="Request timeout expired"):
+        triton_grpc.infer("food11_pipeline", [image], timeout=1)
+    answered = triton_grpc.infer("food11_pipeline", [image], timeout=120_000_000)  # the caller's two minutes
+    assert answered.as_numpy("CAPTION")[0][0]
 
 
 @pytest.fixture

@@ -22,11 +22,21 @@ async def caption_one(
     request: Request, client: AsyncFood11Client, answers: ModelAnswers, image: bytes, response: Response
 ) -> CaptionResult:
     started = time.perf_counter()
-    (result,) = await unless_disconnected(request, client.caption([image]))
+    (result,) = await unless_disconnected(request, client.caption([image], timeout_s=deadline_left_s(request)))
     answers.count(result.models)
     # Server-Timing: the time spent waiting on Triton, so callers can tell pipeline from API time.
     response.headers["Server-Timing"] = f"triton;dur={(time.perf_counter() - started) * 1000:.2f}"
     return result
+
+
+def deadline_left_s(request: Request) -> float:
+    """The API's deadline counts from the request's admission; its Triton call gets what is left (and
+    Triton's queues refuse it once they have held it that long)."""
+    deadline_s = request.app.state.settings.deadline_s
+    admitted_at = getattr(request.state, "admitted_at", None)
+    if admitted_at is None:  # not through the admission middleware
+        return deadline_s
+    return max(deadline_s - (time.monotonic() - admitted_at), 0.001)
 
 
 @router.post("/caption", response_model=CaptionResponse, summary="Caption an uploaded photo")

@@ -41,7 +41,7 @@ class TritonPythonModel:
         ]
         prompts = [prompt for prompt, _ in plans]
         captions, failure = await self._caption(
-            pb_utils.get_input_tensor_by_name(request, EMBEDS_SENT.name), prompts, request.trace()
+            pb_utils.get_input_tensor_by_name(request, EMBEDS_SENT.name), prompts, request
         )
         if failure and refused_under_load(failure):
             # Overload is the caller's to handle (retry later, elsewhere): refuse the request as the
@@ -61,24 +61,24 @@ class TritonPythonModel:
             ]
         )
 
-    async def _caption(self, image_embeds, prompts, trace):
+    async def _caption(self, image_embeds, prompts, caller):
         """(captions, None), or (empty captions, the status saying why) when the captioner let us down.
-        ``trace`` is the calling request's: a traced request's trace then shows the captioner as its child."""
+        The captioner call carries the ``caller``'s trace (a traced request's trace shows the captioner as
+        its child) and its timeout (the time its caller has left: the captioner's queue refuses it past that)."""
         empty = [""] * len(prompts)
         request = pb_utils.InferenceRequest(
             model_name=CAPTIONER_CALL.callee(self.settings),
             inputs=[image_embeds, bytes_tensor(PROMPT_SENT.name, prompts)],
             requested_output_names=CAPTIONER_CALL.output_names,
-            trace=trace,
+            trace=caller.trace(),
+            timeout=caller.timeout(),
         )
-        timeout_s = self.settings.caption_timeout_ms / 1000.0
+        wait_ms = self.settings.caption_wait_ms(caller.timeout())
         try:
             # shield: on timeout stop waiting, but let the captioner finish instead of cancelling mid-flight.
-            response = await asyncio.wait_for(asyncio.shield(request.async_exec()), timeout_s)
+            response = await asyncio.wait_for(asyncio.shield(request.async_exec()), wait_ms / 1000.0)
         except asyncio.TimeoutError:
-            return empty, CaptionStatus.CAPTIONER_TIMEOUT.with_detail(
-                f"no caption within {self.settings.caption_timeout_ms} ms"
-            )
+            return empty, CaptionStatus.CAPTIONER_TIMEOUT.with_detail(f"no caption within {wait_ms} ms")
         if response.has_error():
             message = response.error().message()
             self.step.logger.log_warn(f"{self.step.name}: captioner failed: {message}")
