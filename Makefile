@@ -5,8 +5,9 @@
 # make lint:  ruff (lint + format check) and mypy, as configured in pyproject.toml; `make format` formats.
 # make soak:  2,000 requests at concurrency 16 through the API; zero failed, zero lost, every answer its own
 #             photo's, memory flat; figures in benchmarks/results/soak.md (SOAK_ARGS; a few minutes).
-# make overload: offered load 1x to 10x capacity through the API; refusals fast, answers right, memory flat;
-#             figures in benchmarks/results/overload.md (OVERLOAD_ARGS; about 6 minutes).
+# make overload: offered load 1x to 10x capacity through the API on this machine, a slower one (a cgroup CPU
+#             quota: run as root) and a faster one (the tiny stand-in), and a 10x-1x-10x step; figures in
+#             benchmarks/results/overload.md (OVERLOAD_ARGS, e.g. --machines this; about 35 minutes).
 # make audit: pip-audit of the installed, pinned set against PyPI's advisory data (needs pypi.org); fails
 #             when a package cannot be audited.
 # make container-check: both images built from Dockerfile.triton and Dockerfile.api on stand-in bases (NVIDIA's
@@ -146,8 +147,8 @@ bench-memory: models
 soak: install
 	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
 
-# Offered load from 1x to 10x the measured capacity through the API (base stand-in, ~6 minutes): goodput,
-# refusals, latency, memory; benchmarks/results/overload.md.
+# Offered load from 1x to 10x the measured capacity through the API, on three machines: goodput, refusals,
+# admitted-then-failed, latency, the adaptive limit and how fast it settles; benchmarks/results/overload.md.
 overload: models
 	$(BIN)/python benchmarks/overload.py $(OVERLOAD_ARGS)
 

@@ -139,8 +139,9 @@ def test_the_pipelines_ensembles_declare_the_wire_contracts_outputs(ensemble):
 
 def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
     """The vision encoder and the captioner (every config variant of them) refuse at once past a bounded
-    queue, and refuse a request that waited past the queue timeout, which comes before label_and_caption
-    stops waiting for a caption: no step works for a caller that has gone."""
+    queue, and refuse a request that waited past its timeout: its caller's time left (the override), or
+    the default guard rail, which comes before label_and_caption stops waiting for a caption: no step works
+    for a caller that has gone."""
     caption_timeout_us = 1000 * int(CONFIGS["label_and_caption"].parameters["caption_timeout_ms"].string_value)
     variants = [
         CONFIGS["captioner"],
@@ -152,6 +153,7 @@ def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
     policy = variants[0].dynamic_batching.default_queue_policy
     assert policy.max_queue_size > 0
     assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
+    assert policy.allow_timeout_override  # the caller's time left, which the clients always send
     assert 0 < policy.default_timeout_microseconds < caption_timeout_us
 
 
