@@ -25,9 +25,10 @@ class ApiSettings(BaseSettings):
     deadline_s: float = Field(60.0, gt=0, description="per-request deadline of the Triton call, seconds")
     max_upload_bytes: int = Field(10 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     # Admission (admission.py): as many captioning requests at once as the measured rate answers within
-    # this share of the deadline; the rest of the deadline is the margin for a machine that slows down.
+    # this share of the deadline; the rest is the margin for the slowest of a batch, and for a machine that
+    # slows down (why 0.35: docs/reliability.md, "Overload").
     latency_target: float = Field(
-        0.5, gt=0, lt=1, description="the share of the deadline admitted requests aim to be answered within"
+        0.35, gt=0, lt=1, description="the share of the deadline admitted requests aim to be answered within"
     )
     min_in_flight: int = Field(1, gt=0, description="the adaptive in-flight limit never goes below this")
     max_in_flight: int = Field(
