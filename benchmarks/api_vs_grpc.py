@@ -160,7 +160,8 @@ def main(argv=None) -> None:
         repository = args.repository or build_repository_copy(Path(scratch) / "model_repository", args.blip_standin)
         with TritonServer(repository, Path(scratch) / "triton", free_ports()) as triton:
             # Every caller admitted, as gRPC admits them: the comparison is of the hop, not of the API's cap.
-            api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url, max_in_flight=max(args.concurrency))
+            pinned = max(args.concurrency)  # the admission limit: every request of the sweep let in
+            api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url, min_in_flight=pinned, max_in_flight=pinned)
             try:
                 api.wait_until_alive()
                 rows = asyncio.run(

@@ -35,7 +35,7 @@ import numpy as np
 from food11_api.settings import ApiSettings
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.model_build.cli import build_repository_copy
+from pipeline_src.model_build.cli import tiny_repository
 from pipeline_src.profiling.cpu_quota import CpuQuota
 from pipeline_src.profiling.load import latency_summary
 from pipeline_src.profiling.memory import server_memory_mib
@@ -277,14 +277,6 @@ def checks(result: dict) -> dict[str, bool]:
     }
 
 
-def tiny_repository() -> Path:
-    """The tiny stand-in, built once into the scratch folder (about a minute)."""
-    repository = SCRATCH / "tiny" / "model_repository"
-    if not (repository / "captioner" / "1" / "manifest.json").exists():
-        build_repository_copy(repository, blip_standin="tiny")
-    return repository
-
-
 def measure_machine(machine: Machine, repository: Path, levels, seconds) -> dict:
     work = SCRATCH / machine.name
     photos = varied_photos(8)
@@ -427,7 +419,8 @@ def main(argv=None) -> None:
     results = []
     for name in args.machines:
         machine, repository, seconds = machines[name]
-        results.append(measure_machine(machine, repository or tiny_repository(), args.levels, seconds))
+        repository = repository or tiny_repository(SCRATCH / "tiny" / "model_repository")
+        results.append(measure_machine(machine, repository, args.levels, seconds))
     settings = ApiSettings()
     result = {"machines": results, "deadline_s": settings.deadline_s, "latency_target": settings.latency_target}
     print(write_results(args.name, result, markdown(results, settings)).read_text())

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.model_build.cli import tiny_repository
 from pipeline_src.profiling.photos import varied_photos
 from pipeline_src.profiling.report import markdown_table
 from pipeline_src.profiling.results import parse_benchmark_args, portable_path, write_results
@@ -43,15 +44,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--name", default="soak", help="result file names under benchmarks/results/")
     return parse_benchmark_args(parser, argv)
-
-
-def tiny_repository() -> Path:
-    repository = SCRATCH / "model_repository"
-    if not (repository / "captioner" / "1" / "blip" / "config.json").exists():
-        from pipeline_src.model_build.cli import build_repository_copy
-
-        build_repository_copy(repository, blip_standin="tiny")
-    return repository
 
 
 def markdown(result: dict) -> str:
@@ -85,11 +77,14 @@ def markdown(result: dict) -> str:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    repository = (args.model_repository or tiny_repository()).resolve()
+    repository = (args.model_repository or tiny_repository(SCRATCH / "model_repository")).resolve()
     photos = varied_photos(args.photos)
     with TritonServer(repository, SCRATCH / "triton", free_ports(), log_file=SCRATCH / "tritonserver.log") as triton:
-        # Every caller admitted: the soak checks answers under load; refusing the excess is make overload's.
-        api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url, max_in_flight=args.concurrency)
+        # Every caller admitted (the limit pinned): the soak checks answers under load; refusing the excess
+        # is make overload's.
+        api = ApiProcess(
+            "127.0.0.1", free_port(), triton.grpc_url, min_in_flight=args.concurrency, max_in_flight=args.concurrency
+        )
         try:
             api.wait_until_alive()
             print(f"soaking: {args.requests} requests at concurrency {args.concurrency} through {api.url}", flush=True)

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_concurrent_uploads_are_all_answered_each_with_its_own_photos_result(triton, api_factory):
-    api = api_factory()
+    api = api_factory(min_in_flight=8, max_in_flight=8)  # the limit pinned: this checks answers, not admission
     result = asyncio.run(soak(api.url, triton.grpc_url, varied_photos(12), total=48, concurrency=8))
     assert result["examples"] == []
     assert (result["answered"], result["failed"], result["lost"], result["mismatched"]) == (48, 0, 0, 0)
