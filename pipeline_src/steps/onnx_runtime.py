@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
@@ -14,6 +15,14 @@ from pipeline_src.steps.settings import OnnxStepSettings, PrecisionSettings
 log = logging.getLogger(__name__)
 
 
+@functools.cache
+def load_cuda_libraries() -> None:
+    """The CUDA and cuDNN libraries of the steps-gpu extra live in the nvidia-* wheels, where the dynamic
+    loader does not look: ONNX Runtime loads them from there first, then from the system's paths (NVIDIA's
+    image, a CUDA toolkit). Once per process, before the first CUDA session."""
+    ort.preload_dlls(directory="")
+
+
 def execution_providers(on_gpu: bool, device_id: int = 0) -> list:
     """CUDA first on a GPU instance (falling back to the CPU if this ONNX Runtime build lacks it)."""
     if not on_gpu:
@@ -23,6 +32,7 @@ def execution_providers(on_gpu: bool, device_id: int = 0) -> list:
             "GPU instance, but this onnxruntime has no CUDA provider: running on the CPU (install onnxruntime-gpu)"
         )
         return ["CPUExecutionProvider"]
+    load_cuda_libraries()
     # TF32 off: fp32 stays fp32. Measured on an H100 with the base BLIP graphs: with ONNX Runtime's default
     # (TF32 on) the captioner's logits moved by 8e-4 (relative) from Hugging Face fp32; off, by 1.3e-6.
     return [("CUDAExecutionProvider", {"device_id": device_id, "use_tf32": 0}), "CPUExecutionProvider"]

@@ -23,7 +23,7 @@ COMMAND_EXTRAS = {
     "food11-api": "api",
     "food11-validate": "client",
     "food11-new-step": "client",
-    "food11-build-models": "build",
+    "food11-build-models": "build,steps",  # steps: ONNX Runtime, which checks what it builds
     "food11-perf-analyzer": "bench",
     "food11-serve": "server,steps,api",
 }
