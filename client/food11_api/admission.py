@@ -2,10 +2,10 @@
 
 Little's law on each answered request: one that was answered ``W`` seconds after it was let in, with ``n``
 requests in flight on average meanwhile (itself included), saw the pipeline serve ``n / W`` requests a
-second. That rate, smoothed over
-recent answers, times the latency target (a share of the deadline) is how many requests can be in flight
-and still be answered within the target: the limit. No constant tuned on one machine is involved, so the
-same defaults hold on a slow CPU, a busy one and a GPU; the configured minimum and maximum are guard rails.
+second. That rate, smoothed over recent answers, times the latency target (a share of the deadline) is how
+many requests can be in flight and still be answered within the target: the limit. No constant tuned on
+one machine is involved, so the same defaults hold on a slow CPU, a busy one and a GPU; the configured
+minimum and maximum are guard rails.
 
 Why this rather than a gradient or AIMD limiter on latency alone (Netflix's concurrency-limits, Envoy's
 adaptive concurrency): those look for the latency knee without knowing the deadline, and grow the limit one
@@ -13,9 +13,13 @@ step per sample, which is minutes on a CPU that answers every few seconds. Here 
 one answer is enough to place the limit near where it belongs. No maintained Python library implements
 either (docs/reliability.md, "Overload").
 
+Below the limit the pipeline answers as fast as requests come, so ``n / W`` is the arrival rate, not what
+the pipeline can do: such an answer may raise the estimate, never lower it (a quiet minute must not shrink
+the limit a burst then meets). Answers at the limit, and requests that ran into the deadline (``W`` is then
+the deadline), move it both ways: the estimate falls as soon as the machine slows under load.
+
 A request over the limit is refused at once, with ``Retry-After`` the time the requests in flight take to
-drain at the measured rate. A request that ran into the deadline counts as a sample too (``W`` is then the
-deadline): the estimate falls as soon as the machine slows.
+drain at the measured rate.
 """
 
 from __future__ import annotations
@@ -28,10 +32,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Admitted:
-    """A request let in: when, and the in-flight count's integral over time until then."""
+    """A request let in: when, the in-flight count's integral over time until then, and the limit then."""
 
     at: float
     in_flight_seconds: float
+    limit: int
+
+
+# An answer whose average company filled this share of the limit it was let in under was served at the
+# limit: it says what the pipeline can do.
+AT_THE_LIMIT = 0.9
 
 
 class AdaptiveLimit:
@@ -78,21 +88,25 @@ class AdaptiveLimit:
     def try_admit(self) -> Admitted | None:
         if self.in_flight >= self.limit:
             return None
+        limit = self.limit
         now = self._count(+1)
-        return Admitted(now, self._in_flight_seconds)
+        return Admitted(now, self._in_flight_seconds, limit)
 
-    def finished(self, admitted: Admitted, measured: bool) -> None:
-        """``measured``: the request was answered, or ran into the deadline; anything else (a bad photo
-        refused in a millisecond, a disconnect) says nothing of the pipeline's speed."""
+    def finished(self, admitted: Admitted, answered: bool = False, out_of_time: bool = False) -> None:
+        """``answered``, or ``out_of_time`` (it ran into the deadline); anything else (a bad photo refused
+        in a millisecond, a disconnect) says nothing of the pipeline's speed."""
         now = self._count(-1)
-        if not measured:
+        if not (answered or out_of_time):
             return
         seconds = max(now - admitted.at, 1e-6)
         company = max((self._in_flight_seconds - admitted.in_flight_seconds) / seconds, 1.0)  # itself, at least
         sample = company / seconds
-        self.rate_per_s = (
-            sample if self.rate_per_s is None else self.rate_per_s + self.smoothing * (sample - self.rate_per_s)
-        )
+        if self.rate_per_s is None:
+            self.rate_per_s = sample
+        elif out_of_time or company >= AT_THE_LIMIT * admitted.limit:
+            self.rate_per_s += self.smoothing * (sample - self.rate_per_s)
+        else:  # below the limit: the arrival rate, a floor of what the pipeline can do
+            self.rate_per_s = max(self.rate_per_s, sample)
 
     def why_full(self) -> str:
         """Why a request is refused now, for its 503."""

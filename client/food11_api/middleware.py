@@ -16,8 +16,6 @@ REQUEST_ID_HEADER = b"x-request-id"
 # A caller's id goes into logs and headers: only a plain token is taken (no control characters, no
 # terminal escapes, no newlines to forge log lines); anything else gets a fresh id.
 SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-# What says how fast the pipeline answers: an answer, or the deadline run into (504).
-MEASURED_STATUSES = frozenset({200, 504})
 
 
 def error_response(status: int, detail: str, request_id: str, **headers: str) -> JSONResponse:
@@ -166,4 +164,4 @@ class AdmissionMiddleware:
         try:
             await self.app(scope, receive, send_with_status)
         finally:
-            self.limit.finished(admitted, measured=status in MEASURED_STATUSES)
+            self.limit.finished(admitted, answered=status == 200, out_of_time=status == 504)

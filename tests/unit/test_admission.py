@@ -25,7 +25,7 @@ def answer_batch(limit: AdaptiveLimit, clock: Clock, count: int, seconds: float)
     assert None not in admitted
     clock.now += seconds
     for ticket in admitted:
-        limit.finished(ticket, measured=True)
+        limit.finished(ticket, answered=True)
 
 
 def test_before_any_answer_the_limit_is_the_minimum_and_retry_after_the_fallback():
@@ -46,17 +46,25 @@ def test_one_answer_places_the_limit_where_the_rate_answers_within_the_target():
 
 def test_the_limit_follows_a_machine_that_slows_down_and_recovers():
     limit, clock = limit_with(target_s=30.0)
-    answer_batch(limit, clock, 1, 3.0)  # 10
+    answer_batch(limit, clock, 1, 3.0)  # 1/3 per second: 10
     for _ in range(12):
-        answer_batch(limit, clock, 4, 12.0)  # a third of the speed: 4 in flight answered after 12 s
-    assert limit.limit == 10
-    for _ in range(12):
-        answer_batch(limit, clock, 3, 27.0)  # three times slower: 1/9 per second
+        answer_batch(limit, clock, limit.limit, limit.limit * 9.0)  # at the limit, three times slower
     assert limit.limit == 3
     for _ in range(12):
-        answer_batch(limit, clock, 3, 3.0)  # three times faster than at first: 1 per second
+        answer_batch(limit, clock, limit.limit, limit.limit * 1.0)  # at the limit, 1 per second
     assert limit.rate_per_s == pytest.approx(1.0, rel=1e-3)
     assert limit.limit in (29, 30)  # the average comes from below
+
+
+def test_answers_below_the_limit_raise_the_estimate_but_never_lower_it():
+    """Below the limit n / W is the arrival rate: a quiet spell must not shrink the limit a burst meets."""
+    limit, clock = limit_with(target_s=30.0, smoothing=1.0)
+    answer_batch(limit, clock, 1, 1.0)  # 1 per second: limit 30
+    for _ in range(5):
+        answer_batch(limit, clock, 1, 2.0)  # one at a time, slower: the pipeline was not full
+    assert limit.limit == 30
+    answer_batch(limit, clock, 2, 1.0)  # two at once in 1 s: at least 2 per second
+    assert limit.limit == 60
 
 
 def test_a_deadline_run_into_lowers_the_estimate_and_a_refused_photo_says_nothing():
@@ -65,11 +73,11 @@ def test_a_deadline_run_into_lowers_the_estimate_and_a_refused_photo_says_nothin
     assert limit.limit == 30
     ticket = limit.try_admit()
     clock.now += 60.0  # the deadline
-    limit.finished(ticket, measured=True)
+    limit.finished(ticket, out_of_time=True)
     assert limit.limit == 1 and limit.in_flight == 0
     ticket = limit.try_admit()
     clock.now += 0.001  # a 400 in a millisecond: not a sign of speed
-    limit.finished(ticket, measured=False)
+    limit.finished(ticket)
     assert limit.limit == 1
 
 
@@ -92,5 +100,5 @@ def test_retry_after_is_the_time_the_requests_in_flight_take_to_drain():
     assert None not in tickets and limit.try_admit() is None
     assert limit.retry_after_s(unmeasured=2) == 28  # 7 requests at 0.25 per second
     for ticket in tickets:
-        limit.finished(ticket, measured=False)
+        limit.finished(ticket)
     assert limit.retry_after_s(unmeasured=2) == 1  # nothing in flight: at once, but not 0
