@@ -1,11 +1,13 @@
 """How many captioning requests the API lets in at once: a limit that follows the measured capacity.
 
-Little's law on each answered request: one that was answered ``W`` seconds after it was let in, with ``n``
-requests in flight on average meanwhile (itself included), saw the pipeline serve ``n / W`` requests a
-second. That rate, smoothed over recent answers, times the latency target (a share of the deadline) is how
-many requests can be in flight and still be answered within the target: the limit. No constant tuned on
-one machine is involved, so the same defaults hold on a slow CPU, a busy one and a GPU; the configured
-minimum and maximum are guard rails.
+Little's law on the answered requests: with ``n`` requests in flight on average and answers ``W`` seconds
+after admission on average, the pipeline serves ``n / W`` requests a second. Both averages are taken over
+recent answers (each request's ``n`` is the company it had while in flight, itself included), and their
+ratio, not an average of each request's ``n / W``: the requests answered by one batch waited unequally
+long, and the short waits would weigh far too much in an average of ratios. That rate times the latency
+target (a share of the deadline) is how many requests can be in flight and still be answered within the
+target: the limit. No constant tuned on one machine is involved, so the same defaults hold on a slow CPU, a
+busy one and a GPU; the configured minimum and maximum are guard rails.
 
 Why this rather than a gradient or AIMD limiter on latency alone (Netflix's concurrency-limits, Envoy's
 adaptive concurrency): those look for the latency knee without knowing the deadline, and grow the limit one
@@ -13,10 +15,9 @@ step per sample, which is minutes on a CPU that answers every few seconds. Here 
 one answer is enough to place the limit near where it belongs. No maintained Python library implements
 either (docs/reliability.md, "Overload").
 
-Below the limit the pipeline answers as fast as requests come, so ``n / W`` is the arrival rate, not what
-the pipeline can do: such an answer may raise the estimate, never lower it (a quiet minute must not shrink
-the limit a burst then meets). Answers at the limit, and requests that ran into the deadline (``W`` is then
-the deadline), move it both ways: the estimate falls as soon as the machine slows under load.
+Idle time between requests is nobody's latency, so a quiet spell does not shrink the limit: a request
+alone is answered at the pipeline's own pace. A request that ran into the deadline counts with ``W`` the
+deadline: the estimate falls as soon as the machine slows.
 
 A request over the limit is refused at once, with ``Retry-After`` the time the requests in flight take to
 drain at the measured rate.
@@ -32,23 +33,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Admitted:
-    """A request let in: when, the in-flight count's integral over time until then, and the limit then."""
+    """A request let in: when, and the in-flight count's integral over time until then."""
 
     at: float
     in_flight_seconds: float
-    limit: int
-
-
-# An answer whose average company filled this share of the limit it was let in under was served at the
-# limit: it says what the pipeline can do.
-AT_THE_LIMIT = 0.9
 
 
 class AdaptiveLimit:
     """The limit and the in-flight count of one API process (one event loop: no lock needed).
 
-    ``smoothing``: the weight of each new answer in the rate estimate (an exponentially weighted average);
-    answers of one batch arrive together, so a batch moves the estimate most of the way.
+    ``smoothing``: the weight of each new answer in the two averages (exponentially weighted); answers of one
+    batch arrive together, so a batch moves them most of the way.
     """
 
     def __init__(
@@ -66,7 +61,9 @@ class AdaptiveLimit:
         self.smoothing = smoothing
         self.clock = clock
         self.in_flight = 0
-        self.rate_per_s: float | None = None  # requests answered per second; None before the first answer
+        # The averages of answered requests' company and latency (seconds); None before the first answer.
+        self._company: float | None = None
+        self._latency_s: float | None = None
         # The integral of the in-flight count over time, to the last change: a request's average company.
         self._in_flight_seconds, self._changed_at = 0.0, clock()
 
@@ -79,18 +76,25 @@ class AdaptiveLimit:
         return now
 
     @property
+    def rate_per_s(self) -> float | None:
+        """Requests answered per second, measured; None before the first answer."""
+        if self._company is None or self._latency_s is None:
+            return None
+        return self._company / self._latency_s
+
+    @property
     def limit(self) -> int:
         """The guard rails' minimum until something was measured: the first requests find the rate."""
-        if self.rate_per_s is None:
+        rate = self.rate_per_s
+        if rate is None:
             return self.min_limit
-        return max(self.min_limit, min(self.max_limit, math.floor(self.rate_per_s * self.target_latency_s)))
+        return max(self.min_limit, min(self.max_limit, math.floor(rate * self.target_latency_s)))
 
     def try_admit(self) -> Admitted | None:
         if self.in_flight >= self.limit:
             return None
-        limit = self.limit
         now = self._count(+1)
-        return Admitted(now, self._in_flight_seconds, limit)
+        return Admitted(now, self._in_flight_seconds)
 
     def finished(self, admitted: Admitted, answered: bool = False, out_of_time: bool = False) -> None:
         """``answered``, or ``out_of_time`` (it ran into the deadline); anything else (a bad photo refused
@@ -100,28 +104,27 @@ class AdaptiveLimit:
             return
         seconds = max(now - admitted.at, 1e-6)
         company = max((self._in_flight_seconds - admitted.in_flight_seconds) / seconds, 1.0)  # itself, at least
-        sample = company / seconds
-        if self.rate_per_s is None:
-            self.rate_per_s = sample
-        elif out_of_time or company >= AT_THE_LIMIT * admitted.limit:
-            self.rate_per_s += self.smoothing * (sample - self.rate_per_s)
-        else:  # below the limit: the arrival rate, a floor of what the pipeline can do
-            self.rate_per_s = max(self.rate_per_s, sample)
+        rate = self.rate_per_s
+        if self._company is None or self._latency_s is None or rate is None:
+            self._company, self._latency_s = company, seconds
+            return
+        self._company += self.smoothing * (company - self._company)
+        self._latency_s += self.smoothing * (seconds - self._latency_s)
 
     def why_full(self) -> str:
         """Why a request is refused now, for its 503."""
-        if self.rate_per_s is None:
+        rate = self.rate_per_s
+        if rate is None:
             return f"this API serves {self.in_flight} requests, its limit until answers measure the pipeline's speed"
         return (
             f"this API serves {self.in_flight} requests, as many as it answers within "
-            f"{self.target_latency_s:g} s at the measured {self.rate_per_s:.3g} per second"
+            f"{self.target_latency_s:g} s at the measured {rate:.3g} per second"
         )
 
     def drain_s(self) -> float | None:
         """Seconds until the requests in flight are answered at the measured rate; None before any answer."""
-        if self.rate_per_s is None:
-            return None
-        return self.in_flight / self.rate_per_s
+        rate = self.rate_per_s
+        return None if rate is None else self.in_flight / rate
 
     def retry_after_s(self, unmeasured: int) -> int:
         """A refusal's Retry-After: the drain time in whole seconds (at least 1), ``unmeasured`` before any
