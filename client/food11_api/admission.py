@@ -1,26 +1,27 @@
 """How many captioning requests the API lets in at once: a limit that follows the measured capacity.
 
-Little's law on the answered requests: with ``n`` requests in flight on average and answers ``W`` seconds
-after admission on average, the pipeline serves ``n / W`` requests a second. Both averages are taken over
-recent answers (each request's ``n`` is the company it had while in flight, itself included), and their
-ratio, not an average of each request's ``n / W``: the requests answered by one batch waited unequally
-long, and the short waits would weigh far too much in an average of ratios. That rate times the latency
-target (a share of the deadline) is how many requests can be in flight and still be answered within the
-target: the limit. No constant tuned on one machine is involved, so the same defaults hold on a slow CPU, a
-busy one and a GPU; the configured minimum and maximum are guard rails.
+Little's law on the answered requests: a request let in with ``n`` requests in flight (itself included)
+and answered ``W`` seconds later waited for those ``n`` to be served, so the pipeline serves about
+``n / W`` requests a second. Taken over recent answers as the ratio of the averages of ``n`` and ``W``, not
+as an average of each answer's ``n / W``: the answers of one batch waited unequally long, and the short
+waits inflate an average of ratios. That rate times the latency target (a share of the deadline) is how
+many requests can be in flight and still be answered within the target: the limit. No constant tuned on
+one machine is involved, so the same defaults hold on a slow CPU, a busy one and a GPU; the configured
+minimum and maximum are guard rails.
+
+``n`` counts the requests in flight when the request was let in, not those that came after it: those do
+not delay it, and counting them would read a burst as speed.
 
 Why this rather than a gradient or AIMD limiter on latency alone (Netflix's concurrency-limits, Envoy's
 adaptive concurrency): those look for the latency knee without knowing the deadline, and grow the limit one
 step per sample, which is minutes on a CPU that answers every few seconds. Here the deadline is known, and
-one answer is enough to place the limit near where it belongs. No maintained Python library implements
-either (docs/reliability.md, "Overload").
+one batch of answers is enough to place the limit near where it belongs. No maintained Python library
+implements either (docs/reliability.md, "Overload").
 
-Idle time between requests is nobody's latency, so a quiet spell does not shrink the limit: a request
-alone is answered at the pipeline's own pace. A request that ran into the deadline counts with ``W`` the
-deadline: the estimate falls as soon as the machine slows.
-
-A request over the limit is refused at once, with ``Retry-After`` the time the requests in flight take to
-drain at the measured rate.
+Idle time between requests is nobody's latency, so a quiet spell does not shrink the limit: a request alone
+is answered at the pipeline's own pace. A request that ran into the deadline counts with ``W`` the deadline:
+the estimate falls as soon as the machine slows. A request over the limit is refused at once, with
+``Retry-After`` the time the requests in flight take to drain at the measured rate.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Admitted:
-    """A request let in: when, and the in-flight count's integral over time until then."""
+    """A request let in: when, and how many were in flight then, itself included."""
 
     at: float
-    in_flight_seconds: float
+    in_flight: int
 
 
 class AdaptiveLimit:
@@ -61,19 +62,10 @@ class AdaptiveLimit:
         self.smoothing = smoothing
         self.clock = clock
         self.in_flight = 0
-        # The averages of answered requests' company and latency (seconds); None before the first answer.
+        # The averages of answered requests' in-flight count at admission and latency (seconds); None
+        # before the first answer.
         self._company: float | None = None
         self._latency_s: float | None = None
-        # The integral of the in-flight count over time, to the last change: a request's average company.
-        self._in_flight_seconds, self._changed_at = 0.0, clock()
-
-    def _count(self, change: int) -> float:
-        """Adds ``change`` to the in-flight count, the integral brought up to now first; returns now."""
-        now = self.clock()
-        self._in_flight_seconds += self.in_flight * (now - self._changed_at)
-        self._changed_at = now
-        self.in_flight += change
-        return now
 
     @property
     def rate_per_s(self) -> float | None:
@@ -93,17 +85,16 @@ class AdaptiveLimit:
     def try_admit(self) -> Admitted | None:
         if self.in_flight >= self.limit:
             return None
-        now = self._count(+1)
-        return Admitted(now, self._in_flight_seconds)
+        self.in_flight += 1
+        return Admitted(self.clock(), self.in_flight)
 
     def finished(self, admitted: Admitted, answered: bool = False, out_of_time: bool = False) -> None:
         """``answered``, or ``out_of_time`` (it ran into the deadline); anything else (a bad photo refused
         in a millisecond, a disconnect) says nothing of the pipeline's speed."""
-        now = self._count(-1)
+        self.in_flight -= 1
         if not (answered or out_of_time):
             return
-        seconds = max(now - admitted.at, 1e-6)
-        company = max((self._in_flight_seconds - admitted.in_flight_seconds) / seconds, 1.0)  # itself, at least
+        seconds, company = max(self.clock() - admitted.at, 1e-6), admitted.in_flight
         rate = self.rate_per_s
         if self._company is None or self._latency_s is None or rate is None:
             self._company, self._latency_s = company, seconds

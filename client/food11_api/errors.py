@@ -71,6 +71,8 @@ async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
             exc,
         )
         return over_capacity_response(str(exc), request.state.request_id, retry_after)
+    if isinstance(exc, DeadlineExceededError) and exc.still_running is not None:
+        request.state.still_running = exc.still_running  # admission holds the request's place until it ends
     log_call = log.warning if status < 500 else log.error
     log_call("request %s: %s %s -> %d: %s", request.state.request_id, request.method, request.url.path, status, exc)
     return error_body(request, status, str(exc))

@@ -127,8 +127,10 @@ class ServerTimingMiddleware:
 class AdmissionMiddleware:
     """Requests to ``paths`` up to the adaptive limit (admission.py); past it, 503 at once, before the body is
     read, with ``Retry-After`` the measured drain time (``retry_after_s`` before anything was measured): an
-    API over capacity sheds load instead of queueing it until the deadline. The time a request was let in
-    goes into ``request.state.admitted_at``, where the deadline of its Triton call counts from.
+    API over capacity sheds load instead of queueing it until the deadline. A request given up at its
+    deadline whose Triton call runs on (Triton 2.51 cannot cancel) keeps its place until that call ends.
+    The time a request was let in goes into ``request.state.admitted_at``, where the deadline of its Triton
+    call counts from.
     ``refused`` is called for each refusal (the metric)."""
 
     def __init__(
@@ -164,4 +166,10 @@ class AdmissionMiddleware:
         try:
             await self.app(scope, receive, send_with_status)
         finally:
-            self.limit.finished(admitted, answered=status == 200, out_of_time=status == 504)
+            still_running = scope["state"].get("still_running")
+            if still_running is not None and not still_running.done():
+                # Past its deadline, but running on inside a Triton that cannot cancel it: it still takes
+                # the pipeline's time, so it keeps its place until it ends, and counts as that slow.
+                still_running.add_done_callback(lambda _: self.limit.finished(admitted, out_of_time=True))
+            else:
+                self.limit.finished(admitted, answered=status == 200, out_of_time=status == 504)

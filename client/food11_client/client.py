@@ -108,7 +108,10 @@ class ServerUnavailableError(PipelineError):
 
 
 class DeadlineExceededError(PipelineError):
-    """The call did not finish within its deadline."""
+    """The call did not finish within its deadline. ``still_running``: the call itself, where Triton cannot
+    cancel it (it runs to its end there, holding its place); None where it was cancelled."""
+
+    still_running: asyncio.Future | None = None
 
 
 class OverloadedError(ServerUnavailableError):
@@ -352,9 +355,11 @@ class AsyncFood11Client(_Connection):
             return _results(await asyncio.wait_for(asyncio.shield(call), timeout_s), extra)
         except asyncio.TimeoutError:
             assert timeout_s is not None  # only a deadline times out
-            raise DeadlineExceededError(
+            error = DeadlineExceededError(
                 gave_up(timeout_s, await self.server_version()), "StatusCode.DEADLINE_EXCEEDED"
-            ) from None
+            )
+            error.still_running = call
+            raise error from None
 
     async def _infer(
         self, images: Sequence[bytes], extra: Sequence[OutputSpec], timeout_s: float | None, cancel_at_deadline: bool
