@@ -94,13 +94,12 @@ class AdaptiveLimit:
         self.in_flight -= 1
         if not (answered or out_of_time):
             return
-        seconds, company = max(self.clock() - admitted.at, 1e-6), admitted.in_flight
-        rate = self.rate_per_s
-        if self._company is None or self._latency_s is None or rate is None:
+        seconds, company = max(self.clock() - admitted.at, 1e-6), float(admitted.in_flight)
+        if self._company is None or self._latency_s is None:
             self._company, self._latency_s = company, seconds
-            return
-        self._company += self.smoothing * (company - self._company)
-        self._latency_s += self.smoothing * (seconds - self._latency_s)
+        else:
+            self._company += self.smoothing * (company - self._company)
+            self._latency_s += self.smoothing * (seconds - self._latency_s)
 
     def why_full(self) -> str:
         """Why a request is refused now, for its 503."""
