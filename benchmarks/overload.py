@@ -416,6 +416,8 @@ def main(argv=None) -> None:
         ),
         "faster": (Machine("faster", "this machine, the tiny stand-in"), None, args.faster_seconds),
     }
+    if "slower" in args.machines and (why := CpuQuota(args.slower_cpus).available()):
+        parser.error(f"the slower machine needs a cgroup CPU quota: {why} (or leave it out: --machines this faster)")
     results = []
     for name in args.machines:
         machine, repository, seconds = machines[name]

@@ -26,6 +26,14 @@ class CpuQuota:
         self.root = CGROUP_ROOT if self.v2 else CGROUP_ROOT / "cpu"
         self.group = self.root / name
 
+    def available(self) -> str | None:
+        """Why a quota cannot be set here (no cgroup CPU controller, not root); None when it can."""
+        if not (self.root / "cgroup.procs").exists():
+            return f"no cgroup CPU controller at {self.root}"
+        if not os.access(self.root, os.W_OK):
+            return f"{self.root} is not writable: run as root"
+        return None
+
     def __enter__(self) -> CpuQuota:
         self.group.mkdir()
         quota_us = round(self.cpus * PERIOD_US)
