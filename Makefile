@@ -54,10 +54,11 @@ $(BIN)/python:
 
 # Extras by process (pyproject.toml): `make serve` installs what serving runs (the steps, the server, the API
 # and the model build), `make install` everything, for tests and benchmarks. Reinstalled when the pins change.
-# The steps' ONNX Runtime: the GPU build where nvidia-smi lists a GPU, else the CPU one; STEPS_EXTRA=steps or
-# steps-gpu says so. The two builds are one module: switching uninstalls the other first.
-STEPS_EXTRA ?= $(if $(shell nvidia-smi -L 2>/dev/null),steps-gpu,steps)
-OTHER_ONNXRUNTIME := $(if $(filter steps-gpu,$(STEPS_EXTRA)),onnxruntime,onnxruntime-gpu)
+# The steps' ONNX Runtime: the GPU build with CUDA from PyPI where nvidia-smi lists a GPU, else the CPU one;
+# STEPS_EXTRA=steps, steps-cuda or steps-gpu (CUDA already installed) says so. The two builds are one module:
+# switching uninstalls the other first.
+STEPS_EXTRA ?= $(if $(shell nvidia-smi -L 2>/dev/null),steps-cuda,steps)
+OTHER_ONNXRUNTIME := $(if $(filter steps,$(STEPS_EXTRA)),onnxruntime-gpu,onnxruntime)
 SERVE_EXTRAS := $(STEPS_EXTRA),server,api,build
 STEPS_STAMP := $(VENV)/.steps-$(STEPS_EXTRA)
 $(STEPS_STAMP): | $(BIN)/python

@@ -51,7 +51,8 @@ class CaptionStatus(str, Enum):
 # What Triton answers (status UNAVAILABLE) when a step's queue policy refuses a request: the queue is full,
 # or the request waited past its queue timeout. The step is over capacity, not broken. Triton core,
 # RequestQueue::Enqueue and the dynamic batcher's timeout check.
-QUEUE_REFUSALS = ("Exceeds maximum queue size", "Request timeout expired")
+QUEUE_TIMED_OUT = "Request timeout expired"  # waited past the request's timeout (or the queue's default)
+QUEUE_REFUSALS = ("Exceeds maximum queue size", QUEUE_TIMED_OUT)
 
 
 def refused_under_load(message: str) -> bool:

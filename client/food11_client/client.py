@@ -130,11 +130,15 @@ _ERRORS_BY_STATUS = {
 }
 
 
-def _translate(exc: InferenceServerException) -> PipelineError:
+def _translate(exc: InferenceServerException, deadline_spent: bool = False) -> PipelineError:
+    """``deadline_spent``: the caller's time ran out before this came; a queue's timeout is then the request's
+    own (the caller's deadline, which every call carries), not overload."""
     status, message = exc.status(), exc.message() or str(exc)
     # UNAVAILABLE also means "server down": Triton's queue refusal (forwarded by label_and_caption when the
     # captioner refused) is in the text.
     if status == "StatusCode.UNAVAILABLE" and refused_under_load(message):
+        if deadline_spent and contract.QUEUE_TIMED_OUT in message:
+            return DeadlineExceededError(f"no answer within the deadline: {message}", "StatusCode.DEADLINE_EXCEEDED")
         return OverloadedError(message, status)
     return _ERRORS_BY_STATUS.get(status, PipelineError)(message, status)
 
@@ -193,6 +197,10 @@ def _results(response, extra: Sequence[OutputSpec]) -> list[CaptionResult]:
             zip(labels, probabilities, captions, statuses, models)
         )
     ]
+
+
+def _spent(timeout_s: float | None, started: float) -> bool:
+    return timeout_s is not None and time.monotonic() - started >= timeout_s
 
 
 def triton_timeout_us(timeout_s: float | None) -> int | None:
@@ -260,6 +268,7 @@ class Food11Client(_Connection):
     def caption(self, images: Sequence[bytes]) -> list[CaptionResult]:
         extra = self.extra_outputs()
         inputs, outputs = _inputs(grpcclient, images), _outputs(grpcclient, extra)
+        started = time.monotonic()
         if self.timeout_s is None or cancels_safely(self.server_version()):
             try:
                 response = self._client.infer(
@@ -270,13 +279,13 @@ class Food11Client(_Connection):
                     client_timeout=self.timeout_s,
                 )
             except InferenceServerException as exc:
-                raise _translate(exc) from exc
+                raise _translate(exc, _spent(self.timeout_s, started)) from exc
             return _results(response, extra)
         answered, answer = threading.Event(), dict[str, Any]()
         # The deadline counts from the call, as gRPC's would, and an answer after it is late whenever it is
         # read: a thread kept off the CPU until after the answer came must not turn a late answer into a
         # timely one.
-        deadline = time.monotonic() + self.timeout_s
+        deadline = started + self.timeout_s
 
         def done(result, error):
             answer.update(result=result, error=error, at=time.monotonic())
@@ -290,7 +299,7 @@ class Food11Client(_Connection):
         if not answered.wait(max(0.0, deadline - time.monotonic())) or answer["at"] > deadline:
             raise DeadlineExceededError(gave_up(self.timeout_s, self.server_version()), "StatusCode.DEADLINE_EXCEEDED")
         if answer["error"] is not None:
-            raise _translate(answer["error"]) from answer["error"]
+            raise _translate(answer["error"], answer["at"] >= deadline) from answer["error"]
         return _results(answer["result"], extra)
 
     def manifests(self) -> list[dict]:
@@ -364,6 +373,7 @@ class AsyncFood11Client(_Connection):
     async def _infer(
         self, images: Sequence[bytes], extra: Sequence[OutputSpec], timeout_s: float | None, cancel_at_deadline: bool
     ):
+        started = time.monotonic()
         try:
             return await self._client.infer(
                 self.model,
@@ -373,7 +383,7 @@ class AsyncFood11Client(_Connection):
                 client_timeout=timeout_s if cancel_at_deadline else None,
             )
         except InferenceServerException as exc:
-            raise _translate(exc) from exc
+            raise _translate(exc, _spent(timeout_s, started)) from exc
 
     def _forget(self, call: asyncio.Task) -> None:
         self._unanswered.discard(call)
