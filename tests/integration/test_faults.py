@@ -105,7 +105,8 @@ def pending_requests(server: TritonServer) -> float:
 def test_passed_deadlines_are_504_and_leave_nothing_queued(own_triton, api_factory):
     server = own_triton[0][-1]
     # 5 ms: less than decoding the photo alone takes, so no answer can beat it (the tiny captioner can beat 50 ms).
-    hurried = api_factory(triton_url=server.grpc_url, deadline_s=0.005)
+    # All 8 let in (the limit pinned): this checks deadlines, not admission.
+    hurried = api_factory(triton_url=server.grpc_url, deadline_s=0.005, min_in_flight=8, max_in_flight=8)
 
     def burst():
         with httpx.Client(timeout=120) as http:
