@@ -235,7 +235,7 @@ def limit_seen(samples, start: float, end: float) -> dict:
     return {"limit_min": min(limits, default=None), "limit_max": max(limits, default=None)}
 
 
-async def sweep(api_url: str, grpc_url: str, pids: tuple[int, int], photos, truth, capacity_per_s, levels, seconds):
+async def sweep(api_url: str, pids: tuple[int, int], photos, truth, capacity_per_s, levels, seconds):
     rows = []
     for level in levels:
         outcomes, samples = await offered_load(api_url, photos, truth, [(level * capacity_per_s, seconds)])
@@ -297,7 +297,6 @@ def measure_machine(machine: Machine, repository: Path, levels, seconds) -> dict
         rows, steps, samples = asyncio.run(
             sweep(
                 api.url,
-                triton.grpc_url,
                 (triton.pid, api.process.pid),
                 photos,
                 truth,

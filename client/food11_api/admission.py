@@ -43,6 +43,7 @@ class Admitted:
 class AdaptiveLimit:
     """The limit and the in-flight count of one API process (one event loop: no lock needed).
 
+    ``unmeasured_retry_after_s``: a refusal's Retry-After before the first answer.
     ``smoothing``: the weight of each new answer in the two averages (exponentially weighted); answers of one
     batch arrive together, so a batch moves them most of the way.
     """
@@ -52,6 +53,7 @@ class AdaptiveLimit:
         target_latency_s: float,
         min_limit: int,
         max_limit: int,
+        unmeasured_retry_after_s: int,
         smoothing: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -59,6 +61,7 @@ class AdaptiveLimit:
             raise ValueError(f"need 1 <= min_limit <= max_limit, got {min_limit} and {max_limit}")
         self.target_latency_s = target_latency_s
         self.min_limit, self.max_limit = min_limit, max_limit
+        self.unmeasured_retry_after_s = unmeasured_retry_after_s
         self.smoothing = smoothing
         self.clock = clock
         self.in_flight = 0
@@ -116,8 +119,7 @@ class AdaptiveLimit:
         rate = self.rate_per_s
         return None if rate is None else self.in_flight / rate
 
-    def retry_after_s(self, unmeasured: int) -> int:
-        """A refusal's Retry-After: the drain time in whole seconds (at least 1), ``unmeasured`` before any
-        answer."""
+    def retry_after_s(self) -> int:
+        """A refusal's Retry-After: the drain time in whole seconds (at least 1)."""
         drain_s = self.drain_s()
-        return unmeasured if drain_s is None else max(1, math.ceil(drain_s))
+        return self.unmeasured_retry_after_s if drain_s is None else max(1, math.ceil(drain_s))

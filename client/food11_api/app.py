@@ -61,12 +61,14 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_upload_bytes)
     # Outside the body limit: a request over capacity is refused before its body is read.
     app.state.admission = AdaptiveLimit(
-        settings.latency_target * settings.deadline_s, settings.min_in_flight, settings.max_in_flight
+        settings.latency_target * settings.deadline_s,
+        settings.min_in_flight,
+        settings.max_in_flight,
+        unmeasured_retry_after_s=settings.retry_after_s,
     )
     app.add_middleware(
         AdmissionMiddleware,
         limit=app.state.admission,
-        retry_after_s=settings.retry_after_s,
         paths=captioning.CAPTIONING_PATHS,
         refused=lambda: app.state.refusals.count("api"),
     )

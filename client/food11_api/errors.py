@@ -62,7 +62,7 @@ async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
     status = next((code for kind, code in STATUS_BY_ERROR.items() if isinstance(exc, kind)), 500)
     if isinstance(exc, OverloadedError):  # Triton's queue refused it: the same answer as our own cap
         request.app.state.refusals.count("triton")
-        retry_after = request.app.state.admission.retry_after_s(request.app.state.settings.retry_after_s)
+        retry_after = request.app.state.admission.retry_after_s()
         log.info(
             "request %s: %s %s -> 503 (Triton over capacity): %s",
             request.state.request_id,

@@ -126,19 +126,16 @@ class ServerTimingMiddleware:
 
 class AdmissionMiddleware:
     """Requests to ``paths`` up to the adaptive limit (admission.py); past it, 503 at once, before the body is
-    read, with ``Retry-After`` the measured drain time (``retry_after_s`` before anything was measured): an
+    read, with ``Retry-After`` the measured drain time: an
     API over capacity sheds load instead of queueing it until the deadline. A request given up at its
     deadline whose Triton call runs on (Triton 2.51 cannot cancel) keeps its place until that call ends.
     The time a request was let in goes into ``request.state.admitted_at``, where the deadline of its Triton
     call counts from.
     ``refused`` is called for each refusal (the metric)."""
 
-    def __init__(
-        self, app, limit: AdaptiveLimit, retry_after_s: int, paths: frozenset[str], refused: Callable[[], None]
-    ):
+    def __init__(self, app, limit: AdaptiveLimit, paths: frozenset[str], refused: Callable[[], None]):
         self.app = app
         self.limit = limit
-        self.retry_after_s = retry_after_s
         self.paths = paths
         self.refused = refused
 
@@ -151,7 +148,7 @@ class AdmissionMiddleware:
             response = over_capacity_response(
                 self.limit.why_full(),
                 _request_id(scope),
-                self.limit.retry_after_s(self.retry_after_s),
+                self.limit.retry_after_s(),
             )
             return await response(scope, receive, send)
         scope.setdefault("state", {})["admitted_at"] = admitted.at

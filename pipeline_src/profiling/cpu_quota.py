@@ -10,7 +10,7 @@ import contextlib
 import os
 from pathlib import Path
 
-import psutil
+from pipeline_src.profiling.memory import server_processes
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000
@@ -46,7 +46,7 @@ class CpuQuota:
 
     def hold(self, pid: int) -> int:
         """Moves ``pid`` and its descendants (those it starts later follow by themselves); returns how many."""
-        processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        processes = server_processes(pid)
         for process in processes:
             (self.group / "cgroup.procs").write_text(str(process.pid))
         return len(processes)

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 @functools.cache
 def load_cuda_libraries() -> None:
-    """The CUDA and cuDNN libraries of the steps-gpu extra live in the nvidia-* wheels, where the dynamic
+    """The CUDA and cuDNN libraries of the steps-cuda extra live in the nvidia-* wheels, where the dynamic
     loader does not look: ONNX Runtime loads them from there first, then from the system's paths (NVIDIA's
     image, a CUDA toolkit). Once per process, before the first CUDA session."""
     ort.preload_dlls(directory="")

@@ -14,9 +14,10 @@ class Clock:
         return self.now
 
 
-def limit_with(target_s=30.0, min_limit=1, max_limit=64, smoothing=0.25):
+def limit_with(target_s=30.0, min_limit=1, max_limit=64, smoothing=0.25, unmeasured_retry_after_s=2):
     clock = Clock()
-    return AdaptiveLimit(target_s, min_limit, max_limit, smoothing=smoothing, clock=clock), clock
+    limit = AdaptiveLimit(target_s, min_limit, max_limit, unmeasured_retry_after_s, smoothing=smoothing, clock=clock)
+    return limit, clock
 
 
 def answer_batch(limit: AdaptiveLimit, clock: Clock, count: int, seconds: float) -> None:
@@ -38,11 +39,11 @@ def answer_in_order(limit: AdaptiveLimit, clock: Clock, count: int, each_s: floa
 
 
 def test_before_any_answer_the_limit_is_the_minimum_and_retry_after_the_fallback():
-    limit, _ = limit_with(min_limit=2)
+    limit, _ = limit_with(min_limit=2, unmeasured_retry_after_s=7)
     assert limit.limit == 2 and limit.rate_per_s is None
     assert limit.try_admit() and limit.try_admit()
     assert limit.try_admit() is None  # refused at once past it
-    assert limit.retry_after_s(unmeasured=7) == 7
+    assert limit.retry_after_s() == 7
 
 
 def test_one_answer_places_the_limit_where_the_rate_answers_within_the_target():
@@ -99,7 +100,7 @@ def test_the_guard_rails_bound_the_limit():
     answer_batch(slow, clock, 1, 600.0)
     assert slow.limit == 2
     with pytest.raises(ValueError, match="min_limit <= max_limit"):
-        AdaptiveLimit(30.0, 5, 4)
+        AdaptiveLimit(30.0, 5, 4, unmeasured_retry_after_s=2)
 
 
 def test_retry_after_is_the_time_the_requests_in_flight_take_to_drain():
@@ -107,10 +108,10 @@ def test_retry_after_is_the_time_the_requests_in_flight_take_to_drain():
     answer_batch(limit, clock, 1, 4.0)  # 0.25 per second: limit 7
     tickets = [limit.try_admit() for _ in range(limit.limit)]
     assert None not in tickets and limit.try_admit() is None
-    assert limit.retry_after_s(unmeasured=2) == 28  # 7 requests at 0.25 per second
+    assert limit.retry_after_s() == 28  # 7 requests at 0.25 per second
     for ticket in tickets:
         limit.finished(ticket)
-    assert limit.retry_after_s(unmeasured=2) == 1  # nothing in flight: at once, but not 0
+    assert limit.retry_after_s() == 1  # nothing in flight: at once, but not 0
 
 
 def test_a_batchs_unequal_waits_do_not_inflate_the_rate():

@@ -76,5 +76,5 @@ def _answer_fields(result: CaptionResult) -> dict[str, Any]:
     }
 
 
-# The requests that cost model time: the in-flight cap (AdmissionMiddleware) counts these.
+# The requests that cost model time: the adaptive in-flight limit (AdmissionMiddleware) counts these.
 CAPTIONING_PATHS = frozenset(route.path for route in router.routes if isinstance(route, APIRoute))
