@@ -37,12 +37,6 @@ METRICS_PORT ?= 8002
 API_PORT ?= 8080
 
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
-# written last by the captioner's build (snapshot, ONNX graphs, int8 twins, fidelity check); the tokenizer file
-# is missing from a build that predates the graphs' per-layer caches, which the build then redoes
-BLIP_SNAPSHOT := model_repository/captioner/1/text_decoder/fidelity.json model_repository/captioner/1/text_decoder/tokenizer.json
-# what the build knows of each model (its identity in every answer); a repository built before manifests
-# existed gets them from the next `make models`, which rebuilds nothing that is there
-MANIFESTS := $(foreach model,classifier vision_encoder captioner,model_repository/$(model)/1/manifest.json)
 
 .PHONY: install lock browser models models-int8 serve perf-analyzer lint format test bench bench-captioner audit-offline container-check bench-cancellation bench-warm-start bench-memory soak overload audit clean
 
@@ -89,14 +83,14 @@ lock:
 	  build/lock/bin/python -m pip freeze --exclude-editable | grep -v -i '^food11-pipeline\b' | LC_ALL=C sort -f; } > constraints.txt
 	rm -rf build/lock
 
-$(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT) $(MANIFESTS): | $(VENV)/.installed-serve
+# The build decides what is missing or stale (a build of an earlier graph layout, a repository without
+# manifests) and redoes only that: a few seconds when nothing is.
+models: | $(VENV)/.installed-serve
 	$(BIN)/python scripts/build_models.py --blip-standin $(BLIP_STANDIN) $(BUILD_ARGS)
 
-models: $(CLASSIFIER_ONNX) $(BLIP_SNAPSHOT) $(MANIFESTS)
-
 # The captioner's int8-weight twins and their fidelity (cpu_precision int8 or auto; the speed benchmarks compare
-# them): built on top of `make models`, which serving's default (fp32) needs alone.
-models-int8: models
+# them), with everything `make models` builds, which serving's default (fp32) needs alone.
+models-int8: | $(VENV)/.installed-serve
 	$(BIN)/python scripts/build_models.py --blip-standin $(BLIP_STANDIN) --int8 $(BUILD_ARGS)
 
 # Triton takes its trace file only at start-up; tracing stays off until turned on (docs/profiling.md, "Tracing a request").

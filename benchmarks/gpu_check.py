@@ -104,20 +104,12 @@ class HalfInside(nn.Module):
         self.module = module.half()
 
     def forward(self, *args):
-        args = [a.half() if a.is_floating_point() else a for a in args]
+        # The attention bias's masked slots hold finfo(float32).min: finfo(float16).min in fp16, not -inf.
+        args = [a.clamp(min=torch.finfo(torch.float16).min).half() if a.is_floating_point() else a for a in args]
         outputs = self.module(*args)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         outputs = tuple(o.float() for o in outputs)
         return outputs if len(outputs) > 1 else outputs[0]
-
-
-class HalfMaskDecoderStep(blip_onnx.DecoderStep):
-    """fp16 run only: the project's additive mask is fp32 (finfo(float32).min); give it in fp16 (finfo(float16).min)."""
-
-    @staticmethod
-    def _causal_padding_mask(attention_mask, new_tokens):
-        mask = blip_onnx.DecoderStep._causal_padding_mask(attention_mask, new_tokens)
-        return mask.clamp(min=torch.finfo(torch.float16).min).half()
 
 
 def main(argv=None):
@@ -201,7 +193,7 @@ def main(argv=None):
                 HalfInside(blip_onnx.CrossKeysValues(blip16)), shape, half_dir / CROSS_KV_FILE, device="cuda"
             )
             blip_onnx.export_decoder_step(
-                HalfInside(HalfMaskDecoderStep(blip16)), shape, half_dir / DECODER_STEP_FILE, device="cuda"
+                HalfInside(blip_onnx.DecoderStep(blip16)), shape, half_dir / DECODER_STEP_FILE, device="cuda"
             )
         (half_dir / DECODER_SHAPE_FILE).write_text(json.dumps(shape.as_dict()))
         vision = OnnxModel(half_dir / "vision.onnx", on_gpu=True)

@@ -92,7 +92,7 @@ def measure(
     agree = total = 0
     worst = 0.0
     for row, (ids, tokens, expected) in enumerate(zip(reference.prompt_ids, reference.tokens, reference.logits)):
-        logits, state = decoder.prefill(embeds[row : row + 1], [ids])
+        logits, state = decoder.prefill(embeds[row : row + 1], [ids], max_new_tokens)
         for position, token in enumerate(tokens):
             agree += int(logits[0].argmax() == expected[position].argmax())
             total += 1

@@ -19,6 +19,7 @@ import tokenizers
 from pipeline_src.model_build import blip_fidelity, blip_onnx
 from pipeline_src.model_build.int8_weights import quantize_weights_int8
 from pipeline_src.steps.captioning import (
+    CACHE_LAYOUT,
     CROSS_KV_FILE,
     DECODER_SHAPE_FILE,
     DECODER_STEP_FILE,
@@ -55,12 +56,15 @@ class GraphPaths:
         return self.text_dir / TOKENIZER_FILE
 
     def complete(self, int8: bool = False) -> bool:
-        """Written last, the fidelity files mean a finished build (with int8 twins, when ``int8``); without the
-        tokenizer file, one from before the graphs took their caches one tensor per layer."""
+        """Written last, the fidelity files mean a finished build (with int8 twins, when ``int8``) of the graphs'
+        current layout: without the tokenizer file, one from before the graphs took their caches one tensor per
+        layer; without the cache layout in decoder.json, one from before the cache had fixed slots."""
         fidelity = [read_fidelity(self.vision.parent), read_fidelity(self.text_dir)]
         return (
             all(fidelity)
             and self.tokenizer.is_file()
+            and (self.text_dir / DECODER_SHAPE_FILE).is_file()
+            and json.loads((self.text_dir / DECODER_SHAPE_FILE).read_text()).get("cache_layout") == CACHE_LAYOUT
             and (not int8 or all("int8" in document["options"] for document in fidelity if document))
         )
 

@@ -4,10 +4,18 @@
   of its own, batched by the dynamic batcher);
 - ``cross_kv.onnx``: ``image_embeds`` -> ``cross_key.N, cross_value.N [b, heads, 577, d]`` for each layer
   N, the keys and values its cross-attention reads at every token, computed once per image;
-- ``decoder_step.onnx``: the next token's logits from the new tokens, their positions, the self-attention
-  mask and the KV cache: ``input_ids, position_ids [b, t]``, ``attention_mask [b, past + t]`` (1: a token,
-  0: left padding), ``past_key.N, past_value.N [b, heads, past, d]``, ``cross_key.N, cross_value.N`` ->
-  ``logits [b, vocab]`` (last position), ``present_key.N, present_value.N [b, heads, past + t, d]``.
+- ``decoder_step.onnx``: the next token's logits from the new tokens, their positions and the KV cache, a
+  fixed number of slots per row that the caller allocates once per batch (prompt plus every token it may
+  feed back): ``input_ids, position_ids [b, t]``, ``attention_bias [b, 1, t, slots]`` (0 where a new token
+  may look, the smallest float elsewhere: later slots, left padding), ``cache_positions [t]`` (the slot each
+  new token's keys and values go to), ``past_key.N, past_value.N [b, heads, slots, d]``, ``cross_key.N,
+  cross_value.N`` -> ``logits [b, vocab]`` (last position), ``present_key.N, present_value.N`` (the past with
+  the new tokens written in, same shape).
+
+Fixed slots rather than a cache that grows by a token per step: every step of a caption has the same
+shapes (what CUDA graphs need to replay a step), and a step copies no more than a growing cache's
+concatenation did. The caller computes the bias and the slots (a few bytes), so that nothing in the
+graph derives values from shapes: on a GPU that would mean nodes on the CPU and copies to the device.
 
 One tensor per layer rather than one stacked over the layers: each layer would otherwise slice (copy) its
 part of the stack at every token (docs/performance.md, "Why the code is as it is", says how much).
@@ -28,12 +36,12 @@ from torch import nn
 from transformers import BlipForConditionalGeneration, BlipTextConfig, BlipVisionConfig
 
 # Where and under which names the captioner reads them.
-from pipeline_src.steps.captioning import CROSS_KV_FILE, DECODER_STEP_FILE, IMAGE_EMBEDS, cache_names
+from pipeline_src.steps.captioning import CACHE_LAYOUT, CROSS_KV_FILE, DECODER_STEP_FILE, IMAGE_EMBEDS, cache_names
 
 OPSET = 17
 
 VISION_INPUT, VISION_OUTPUT = "pixel_values", IMAGE_EMBEDS
-TOKEN_INPUTS = ["input_ids", "position_ids", "attention_mask"]
+TOKEN_INPUTS = ["input_ids", "position_ids", "attention_bias", "cache_positions"]
 
 
 def text_config(blip: BlipForConditionalGeneration) -> BlipTextConfig:
@@ -72,6 +80,7 @@ class DecoderShape:
     bos_token_id: int  # [DEC]: BLIP's decoder starts from it, not from [CLS]
     sep_token_id: int  # ends a caption
     pad_token_id: int
+    cache_layout: str = CACHE_LAYOUT  # the decoder step's cache, as TextDecoder checks it
 
     @classmethod
     def of(cls, blip: BlipForConditionalGeneration) -> DecoderShape:
@@ -144,18 +153,19 @@ class DecoderStep(nn.Module):
         self.heads = text_config(blip).num_attention_heads
         self.head_size = text_config(blip).hidden_size // self.heads
 
-    def forward(self, input_ids, position_ids, attention_mask, *caches):
+    def forward(self, input_ids, position_ids, attention_bias, cache_positions, *caches):
         """``caches``: the past keys and values, then the cross-attention's, each in ``cache_names`` order."""
         past, cross = caches[: 2 * len(self.layers)], caches[2 * len(self.layers) :]
         hidden = self.embeddings(input_ids=input_ids, position_ids=position_ids)
-        mask = self._causal_padding_mask(attention_mask, input_ids.shape[1])
         present = []
         for index, layer in enumerate(self.layers):
             own = layer.attention.self
-            keys = torch.cat([past[2 * index], _split_heads(own.key(hidden), self.heads)], dim=2)
-            values = torch.cat([past[2 * index + 1], _split_heads(own.value(hidden), self.heads)], dim=2)
+            new_keys = _split_heads(own.key(hidden), self.heads)
+            slots = cache_positions[None, None, :, None].expand_as(new_keys)
+            keys = past[2 * index].scatter(2, slots, new_keys)
+            values = past[2 * index + 1].scatter(2, slots, _split_heads(own.value(hidden), self.heads))
             present += [keys, values]
-            context = _attend(_split_heads(own.query(hidden), self.heads), keys, values, mask, self.head_size)
+            context = _attend(_split_heads(own.query(hidden), self.heads), keys, values, attention_bias, self.head_size)
             attended = layer.attention.output(context, hidden)
             crossing = layer.crossattention
             context = _attend(
@@ -170,18 +180,6 @@ class DecoderStep(nn.Module):
         # [b, 1, H] rather than [b, H]: exported as MatMul (not Gemm), which the int8 build quantises too.
         logits = self.lm_head(hidden[:, -1:, :])[:, 0, :]
         return (logits, *present)
-
-    @staticmethod
-    def _causal_padding_mask(attention_mask, new_tokens):
-        """[b, 1, t, past + t]: 0 where a new token may look (an earlier or the same position, not padding),
-        the smallest float elsewhere (as Hugging Face's eager causal mask)."""
-        total = attention_mask.shape[1]
-        key_positions = torch.arange(total, device=attention_mask.device)
-        query_positions = torch.arange(total - new_tokens, total, device=attention_mask.device)
-        visible = (key_positions[None, :] <= query_positions[:, None])[None, None] & attention_mask[
-            :, None, None, :
-        ].bool()
-        return torch.where(visible, 0.0, torch.finfo(torch.float32).min)
 
 
 def export_graphs(blip: BlipForConditionalGeneration, directory: Path, vision_path: Path) -> DecoderShape:
@@ -198,7 +196,7 @@ def export_graphs(blip: BlipForConditionalGeneration, directory: Path, vision_pa
 
 
 # Sample sizes for the exports; every one of them is a dynamic axis.
-BATCH, PAST, NEW = 2, 3, 2
+BATCH, SLOTS, NEW = 2, 5, 2
 
 
 def export_vision_encoder(module: nn.Module, path: Path, device: str = "cpu") -> None:
@@ -227,22 +225,23 @@ def export_cross_kv(module: nn.Module, shape: DecoderShape, path: Path, device: 
 def export_decoder_step(module: nn.Module, shape: DecoderShape, path: Path, device: str = "cpu") -> None:
     past, cross, present = (cache_names(kind, shape.layers) for kind in ("past", "cross", "present"))
     ids = torch.full((BATCH, NEW), shape.bos_token_id, dtype=torch.long, device=device)
-    positions = torch.arange(PAST, PAST + NEW, device=device).repeat(BATCH, 1)
-    mask = torch.ones(BATCH, PAST + NEW, dtype=torch.long, device=device)
-    past_sample = [torch.zeros(BATCH, shape.heads, PAST, shape.head_size, device=device) for _ in past]
+    positions = torch.arange(NEW, device=device).repeat(BATCH, 1)
+    bias = torch.zeros(BATCH, 1, NEW, SLOTS, device=device)
+    cache_positions = torch.arange(NEW, device=device)
+    past_sample = [torch.zeros(BATCH, shape.heads, SLOTS, shape.head_size, device=device) for _ in past]
     cross_sample = [torch.zeros(BATCH, shape.heads, shape.image_tokens, shape.head_size, device=device) for _ in cross]
     axes = {
         "input_ids": {0: "batch", 1: "new"},
         "position_ids": {0: "batch", 1: "new"},
-        "attention_mask": {0: "batch", 1: "total"},
+        "attention_bias": {0: "batch", 2: "new", 3: "slots"},
+        "cache_positions": {0: "new"},
         "logits": {0: "batch"},
-        **{name: {0: "batch", 2: "past"} for name in past},
+        **{name: {0: "batch", 2: "slots"} for name in [*past, *present]},
         **{name: {0: "batch"} for name in cross},
-        **{name: {0: "batch", 2: "total"} for name in present},
     }
     _export(
         module,
-        (ids, positions, mask, *past_sample, *cross_sample),
+        (ids, positions, bias, cache_positions, *past_sample, *cross_sample),
         path,
         [*TOKEN_INPUTS, *past, *cross],
         ["logits", *present],

@@ -23,8 +23,9 @@ def load_cuda_libraries() -> None:
     ort.preload_dlls(directory="")
 
 
-def execution_providers(on_gpu: bool, device_id: int = 0) -> list:
-    """CUDA first on a GPU instance (falling back to the CPU if this ONNX Runtime build lacks it)."""
+def execution_providers(on_gpu: bool, device_id: int = 0, cuda_graph: bool = False) -> list:
+    """CUDA first on a GPU instance (falling back to the CPU if this ONNX Runtime build lacks it); with
+    ``cuda_graph``, runs given a ``gpu_graph_id`` are recorded once and replayed."""
     if not on_gpu:
         return ["CPUExecutionProvider"]
     if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -35,11 +36,17 @@ def execution_providers(on_gpu: bool, device_id: int = 0) -> list:
     load_cuda_libraries()
     # TF32 off: fp32 stays fp32. Measured on an H100 with the base BLIP graphs: with ONNX Runtime's default
     # (TF32 on) the captioner's logits moved by 8e-4 (relative) from Hugging Face fp32; off, by 1.3e-6.
-    return [("CUDAExecutionProvider", {"device_id": device_id, "use_tf32": 0}), "CPUExecutionProvider"]
+    cuda = {"device_id": device_id, "use_tf32": 0, **({"enable_cuda_graph": 1} if cuda_graph else {})}
+    return [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
 
 
 def onnx_session(
-    path: str | Path, on_gpu: bool = False, device_id: int = 0, intra_op_threads: int = 0, cpu_arena: bool = True
+    path: str | Path,
+    on_gpu: bool = False,
+    device_id: int = 0,
+    intra_op_threads: int = 0,
+    cpu_arena: bool = True,
+    cuda_graph: bool = False,
 ) -> ort.InferenceSession:
     """``cpu_arena``: keep ONNX Runtime's CPU memory arena, which never shrinks: it pays for a graph run
     many times per request (the decoder step: without it, an allocation per op per token) and costs a graph
@@ -54,7 +61,7 @@ def onnx_session(
     # are the other steps'.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.enable_cpu_mem_arena = cpu_arena
-    return ort.InferenceSession(str(path), options, providers=execution_providers(on_gpu, device_id))
+    return ort.InferenceSession(str(path), options, providers=execution_providers(on_gpu, device_id, cuda_graph))
 
 
 class OnnxModel:

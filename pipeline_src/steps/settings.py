@@ -219,6 +219,10 @@ class CaptionerSettings(PrecisionSettings):
     # One caption of zeros at load, so that ready means warm. In the step, not as the config's model_warmup
     # (which the other steps use): this step's input width is the built model's, unknown to its config.
     warm_up: bool = True
+    # On a GPU instance: the decoder step on fixed buffers, recorded and replayed as CUDA graphs (off until
+    # measured on a GPU); prompts up to gpu_max_prompt_tokens tokens (longer ones run unrecorded).
+    gpu_cuda_graphs: bool = False
+    gpu_max_prompt_tokens: int = 32
 
     DIRECTORY_FIELDS: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "model_dir": ("config.json",),
@@ -229,4 +233,5 @@ class CaptionerSettings(PrecisionSettings):
         super().validate()
         _require(self.max_new_tokens > 0, "max_new_tokens must be positive")
         _require(self.repetition_penalty > 0, "repetition_penalty must be positive")
+        _require(self.gpu_max_prompt_tokens > 0, "gpu_max_prompt_tokens must be positive")
         _require(self.intra_op_threads >= 0, "intra_op_threads must be >= 0")

@@ -3,19 +3,23 @@ reproduce Hugging Face's fp32 generate, a row's caption does not depend on its b
 caption depends on its photo."""
 
 import json
+import shutil
 import subprocess
 import sys
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
 from transformers import BlipForConditionalGeneration
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.blip_fidelity import check_pixels
+from pipeline_src.model_build.blip_graphs import GraphPaths
 from pipeline_src.model_build.blip_snapshot import STANDIN_SIZES, standin_config, standin_processor
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
-from pipeline_src.steps.captioning import GreedyCaptioner, penalise_repetition, standin_info
+from pipeline_src.steps.captioning import GreedyCaptioner, TextDecoder, penalise_repetition, standin_info
+from pipeline_src.steps.fixed_buffers import FixedBufferDecoder
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import choose_precision
 
@@ -139,6 +143,83 @@ def test_a_batch_equals_one_call_per_image(captioner, vision, pixels):
     batched = captioner.caption(embeds, PROMPTS)
     single = [captioner.caption(embeds[i : i + 1], [prompt])[0] for i, prompt in enumerate(PROMPTS)]
     assert batched == single
+
+
+def test_every_step_of_a_caption_has_the_same_shapes(captioner, vision, pixels):
+    """Fixed slots: the cache a step reads and the one it writes keep one shape for the whole caption (what a
+    CUDA graph needs to replay a step), room for the prompt and every token fed back."""
+    decoder, prompt_ids = captioner.decoder, [captioner.prompt_ids(prompt) for prompt in PROMPTS]
+    logits, state = decoder.prefill(vision(pixels[:3]), prompt_ids, max_new_tokens=12)
+    slots = max(map(len, prompt_ids)) + 11
+    expected = [3, decoder.shape["heads"], slots, decoder.shape["head_size"]]
+    for _ in range(11):
+        assert state.written < state.slots == slots
+        assert all(value.shape() == expected for value in state.cache)
+        logits = decoder.advance(state, logits.argmax(axis=-1))
+    assert all(value.shape() == expected for value in state.cache) and state.written == slots
+    with pytest.raises(ValueError, match=f"{slots} slots are full"):
+        decoder.advance(state, logits.argmax(axis=-1))
+
+
+def test_slots_not_yet_written_change_nothing(captioner, vision, pixels):
+    """Whatever the cache holds beyond the written slots (a reused buffer's last caption), the logits are those
+    of a clean cache: the bias hides those slots."""
+    decoder, prompt_ids = captioner.decoder, [captioner.prompt_ids(prompt) for prompt in PROMPTS]
+    embeds = vision(pixels[:3])
+    runs = []
+    for noise in (0.0, 1e3):
+        logits, state = decoder.prefill(embeds, prompt_ids, max_new_tokens=6)
+        for _ in range(3):
+            tokens = logits.argmax(axis=-1)
+            dirty = [value.numpy() for value in state.cache]
+            for array in dirty:
+                array[:, :, state.written :] = noise * np.random.default_rng(0).standard_normal(
+                    array[:, :, state.written :].shape
+                )
+            state.cache = [ort.OrtValue.ortvalue_from_numpy(array) for array in dirty]
+            logits = decoder.advance(state, tokens)
+        runs.append(logits)
+    assert np.array_equal(runs[0], runs[1])
+
+
+def test_fixed_buffers_caption_as_the_plain_decoder(captioner, graphs_dir, vision, pixels):
+    """Batches padded to a few sizes, buffers allocated once per size and reused by the next batch, two caches
+    that the steps alternate between (CUDA graphs' addresses): the captions and logits of the plain decoder."""
+    fixed = GreedyCaptioner(
+        FixedBufferDecoder(graphs_dir, max_prompt_tokens=16, max_new_tokens=12, batch_sizes=(1, 4)),
+        captioner.tokenizer,
+        max_new_tokens=12,
+    )
+    embeds = vision(pixels)
+    for rows in (3, 1, 4, 3):  # padded to 4, then 1, then 4's buffers again
+        prompts = (PROMPTS * 2)[:rows]
+        assert fixed.caption(embeds[:rows], prompts) == captioner.caption(embeds[:rows], prompts)
+    assert sorted(fixed.decoder.buffers) == [1, 4]
+    prompt_ids = [captioner.prompt_ids(prompt) for prompt in PROMPTS]
+    ours, _ = fixed.decoder.prefill(embeds[:3], prompt_ids, 12)
+    theirs, _ = captioner.decoder.prefill(embeds[:3], prompt_ids, 12)
+    assert ours.shape == theirs.shape and np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
+
+
+def test_a_batch_beyond_the_fixed_buffers_is_captioned_as_by_the_plain_decoder(captioner, graphs_dir, vision, pixels):
+    decoder = FixedBufferDecoder(graphs_dir, max_prompt_tokens=4, max_new_tokens=12, batch_sizes=(1, 2))
+    fixed = GreedyCaptioner(decoder, captioner.tokenizer, max_new_tokens=12)
+    embeds = vision(pixels[:3])
+    assert fixed.caption(embeds, PROMPTS) == captioner.caption(embeds, PROMPTS)  # 3 rows, prompts over 4 tokens
+    assert fixed.caption(embeds[:1], [""]) == captioner.caption(embeds[:1], [""])  # fits: [DEC] alone
+    assert list(decoder.buffers) == [1]
+
+
+def test_graphs_of_the_earlier_cache_layout_are_refused_and_rebuilt(graphs_dir, tmp_path):
+    shutil.copytree(graphs_dir, tmp_path / "text_decoder", ignore=shutil.ignore_patterns("*.onnx"))
+    shape_file = tmp_path / "text_decoder" / "decoder.json"
+    shape = json.loads(shape_file.read_text())
+    del shape["cache_layout"]
+    shape_file.write_text(json.dumps(shape))
+    with pytest.raises(ValueError, match=r"earlier layout.*make models"):
+        TextDecoder(tmp_path / "text_decoder")
+    assert GraphPaths(graphs_dir.parent.parent.parent / "vision_encoder" / "1" / "model.onnx", graphs_dir).complete()
+    assert not GraphPaths(tmp_path / "model.onnx", tmp_path / "text_decoder").complete()
 
 
 def test_the_vision_encoder_gives_a_row_the_same_embeddings_in_any_batch(vision, pixels):
