@@ -38,7 +38,7 @@ API_PORT ?= 8080
 
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 
-.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test bench bench-captioner audit-offline container-check bench-cancellation bench-warm-start bench-memory soak overload audit clean
+.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test bench bench-captioner bench-gpu audit-offline container-check bench-cancellation bench-warm-start bench-memory soak overload audit clean
 
 # pip as `python -m venv` bundles it has known advisories: upgraded as the virtualenv is made.
 PIP_VERSION := 26.1.2
@@ -134,6 +134,10 @@ bench: models perf-analyzer
 # (about 15 minutes here); figures in benchmarks/results/captioner_speed.md.
 bench-captioner: models-int8 perf-analyzer
 	$(BIN)/python benchmarks/captioner_speed.py $(BENCH_ARGS)
+
+# The served pipeline on a GPU box: where each step runs, perf_analyzer, captions vs Hugging Face (docs/gpu.md).
+bench-gpu: models perf-analyzer
+	$(BIN)/python benchmarks/gpu_serve.py $(BENCH_ARGS)
 
 # Does tritonserver survive calls given up on (raw gRPC deadlines vs food11_client)? ~5 minutes;
 # benchmarks/results/cancellation.md.

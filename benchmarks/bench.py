@@ -45,7 +45,7 @@ from pipeline_src.profiling.results import (
     parse_benchmark_args,
     write_results,
 )
-from pipeline_src.profiling.triton_stats import counters_since, model_counters
+from pipeline_src.profiling.triton_stats import counters_since, model_counters, step_figures
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports, wait_for_http
 from pipeline_src.serving.serve import ApiProcess
@@ -108,13 +108,7 @@ def perf_sweep(triton: TritonServer, input_files: dict[str, Path], args, scratch
                 rows.append({"model": model, "concurrency": concurrency, "error": str(exc).splitlines()[-1]})
                 continue
             stats = counters_since(triton.grpc_url, before)
-            row = {**measurement.__dict__, "stability_percentage": stability}
-            for step, figures in stats.items():
-                row[f"{step}_mean_batch"] = figures["mean_batch"]
-                row[f"{step}_queue_ms"] = figures["queue_ms"]
-                row[f"{step}_compute_ms"] = (
-                    figures["compute_input_ms"] + figures["compute_infer_ms"] + figures["compute_output_ms"]
-                )
+            row = {**measurement.__dict__, "stability_percentage": stability, **step_figures(stats)}
             print(json.dumps(row), flush=True)
             rows.append(row)
             if model == ENSEMBLE:

@@ -3,6 +3,7 @@ memory.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import tritonclient.grpc as grpcclient
@@ -63,3 +64,16 @@ def counters_since(url: str, before: dict[str, ModelCounters]) -> dict[str, dict
         for name, counters in now.items()
         if name in before and counters.requests > before[name].requests
     }
+
+
+def step_figures(stats: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Triton's per-model summaries (counters_since) as one row's columns: each step's mean
+    batch, queue and compute time per request, in milliseconds."""
+    row = {}
+    for step, figures in stats.items():
+        row[f"{step}_mean_batch"] = figures["mean_batch"]
+        row[f"{step}_queue_ms"] = figures["queue_ms"]
+        row[f"{step}_compute_ms"] = (
+            figures["compute_input_ms"] + figures["compute_infer_ms"] + figures["compute_output_ms"]
+        )
+    return row

@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""The served pipeline measured on a GPU: ``python benchmarks/gpu_serve.py`` on a machine with an NVIDIA GPU
+(docs/gpu.md; issue 24).
+
+1. The machine: the GPU, its driver and CUDA (nvidia-smi), ONNX Runtime and its providers, the packages.
+   Without a GPU (``nvidia-smi -L`` lists none) it refuses to run, unless --allow-cpu.
+2. The real tritonserver on a built repository (``make models``; --build builds it first). The GPU steps'
+   instance_group names no kind, so Triton puts them on the GPU when it sees one: where each instance runs
+   is read back from Triton's config, its log, and each step's own log line naming its ONNX Runtime providers.
+3. The photos through the ensemble with the project's gRPC client, all in one request and each alone; each
+   caption against Hugging Face fp32 ``generate`` on the CPU, on the pixels the preprocess step's own code
+   makes and the prompt the BLS step builds from the served label; each served label against the classifier
+   run in this process.
+4. perf_analyzer on the ensemble at each --concurrency and on the classifier alone, with Triton's per-step
+   mean batch, queue and compute time.
+5. The issue's targets, reported met or missed (not asserted).
+
+Every stage saves what it has so far (a later one may crash on a GPU this has never run on): <name>.json and
+<name>.md, and the end of Triton's log, in $OUT (the device tool's folder) or benchmarks/results/.
+FOOD11_COMMIT names the commit where the checkout has no .git (``abc1234+dirty``: a tree with uncommitted
+changes, which needs --allow-dirty).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata as metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+import tritonclient.grpc as grpcclient
+
+from food11_client import CaptionResult, Food11Client
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.contract import ENSEMBLE
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.gpu_serve_report import (
+    STEPS,
+    compare_captions,
+    cuda_version,
+    gpu_rows,
+    listed_gpus,
+    markdown,
+    placement,
+    reference_prompt,
+    targets,
+)
+from pipeline_src.profiling.in_process import InProcessPipeline, step_settings
+from pipeline_src.profiling.perf_input import write_input_data
+from pipeline_src.profiling.photos import FRUIT_PHOTOS, TEST_PHOTOS, varied_photos
+from pipeline_src.profiling.results import (
+    RESULTS_DIR,
+    Provenance,
+    collect_provenance,
+    parse_benchmark_args,
+    portable_path,
+    write_results,
+)
+from pipeline_src.profiling.triton_stats import counters_since, model_counters, step_figures
+from pipeline_src.repository.bls_calls import bls_callees
+from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.steps.captioning import standin_info
+from pipeline_src.steps.settings import CaptionerSettings
+
+OUT = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS_DIR
+SCRATCH = PROJECT_ROOT / "build" / "gpu_serve"
+GPU_FIELDS = ("name", "driver_version", "memory.total")
+# What the figures depend on, recorded with them. ONNX Runtime: the version of the module imported (the device
+# tool's machine has both builds installed, one over the other).
+DISTRIBUTIONS = (
+    "numpy",
+    "pillow",
+    "tokenizers",
+    "torch",
+    "transformers",
+    "tritonclient",
+    "grpcio",
+    "protobuf",
+    "nvidia-pytriton",
+)
+MAX_ROWS = 32  # the ensemble's max_batch_size: the photos go in one request
+LOG_TAIL_BYTES = 8 * 2**20  # the end of Triton's log comes back with the results (where a failure is)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=PROJECT_ROOT / "model_repository",
+        help="a built repository (make models); default: %(default)s",
+    )
+    parser.add_argument("--build", action="store_true", help="build its model files first (scripts/build_models.py)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32], help="the ensemble's levels")
+    parser.add_argument("--classifier-concurrency", type=int, default=16)
+    parser.add_argument("--photos", type=int, default=12, help=f"distinct photos, at most {MAX_ROWS}")
+    parser.add_argument(
+        "--window", type=int, default=32, help="perf_analyzer requests per count window on the ensemble (at least 2x c)"
+    )
+    parser.add_argument("--classifier-window", type=int, default=1000, help="the same on the classifier alone")
+    parser.add_argument("--name", default="gpu_serve", help="results file names, without extension")
+    parser.add_argument(
+        "--allow-cpu", action="store_true", help="run without a GPU (its figures are then the CPU's, and say so)"
+    )
+    args = parse_benchmark_args(parser, argv)
+    if not 1 <= args.photos <= MAX_ROWS:
+        parser.error(f"--photos: 1 to {MAX_ROWS}")
+    return args
+
+
+# --- the machine ----------------------------------------------------------------------------------------------
+
+
+def nvidia_smi(*args: str) -> str:
+    """nvidia-smi's output, "" where it is missing or fails (no GPU, no driver)."""
+    try:
+        done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def require_gpu(allow_cpu: bool) -> bool:
+    """Whether ``nvidia-smi -L`` lists a GPU; without one, a refusal unless ``allow_cpu``."""
+    if listed_gpus(nvidia_smi("-L")):
+        return True
+    if not allow_cpu:
+        raise SystemExit(
+            "gpu_serve: no GPU here (`nvidia-smi -L` lists none, or there is no nvidia-smi). This measures the "
+            "served pipeline on a GPU; --allow-cpu runs it on the CPU anyway, and its results then say so."
+        )
+    print("gpu_serve: no GPU: running on the CPU (--allow-cpu)", file=sys.stderr, flush=True)
+    return False
+
+
+def environment(has_gpu: bool) -> dict:
+    import onnxruntime as ort
+
+    versions = {}
+    for name in DISTRIBUTIONS:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    query = nvidia_smi(f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader") if has_gpu else ""
+    return {
+        "gpus": gpu_rows(query, GPU_FIELDS),
+        "cuda_version": cuda_version(nvidia_smi()) if has_gpu else None,
+        "onnxruntime": ort.__version__,
+        "onnxruntime_providers": ort.get_available_providers(),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+# --- the stages -----------------------------------------------------------------------------------------------
+
+
+class Run:
+    """The result so far, written after every stage with the targets it allows."""
+
+    def __init__(self, name: str, provenance: Provenance):
+        self.name = name
+        self.provenance = provenance
+        self.result: dict = {}
+
+    def save(self) -> None:
+        self.result["targets"] = targets(self.result.get("perf_analyzer", []), self.result.get("captions", {}))
+        write_results(self.name, self.result, markdown(self.result), directory=OUT, provenance=self.provenance)
+
+    def fail(self, what: str, error: str) -> None:
+        self.result.setdefault("errors", {})[what] = error[-3000:]
+        print(f"gpu_serve: {what} failed:\n{error}", file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Runs the block; a failure is recorded (the next stages go on where they can); then saves."""
+        print(f"gpu_serve: {name}", flush=True)
+        try:
+            yield
+        except Exception:
+            self.fail(name, traceback.format_exc())
+        finally:
+            self.save()
+
+
+def build(repository: Path) -> None:
+    """``make models``' build, into ``repository``, in a process of its own (its torch memory goes with it)."""
+    script = PROJECT_ROOT / "scripts" / "build_models.py"
+    subprocess.run([sys.executable, str(script), "--repository", str(repository)], check=True)
+
+
+def server_facts(grpc_url: str) -> tuple[str, dict[str, list]]:
+    """Triton's version, and each step's instance groups as Triton completed its config (kinds decided)."""
+    with grpcclient.InferenceServerClient(grpc_url) as client:
+        version = client.get_server_metadata(as_json=True)["version"]
+        groups = {
+            step: client.get_model_config(step, as_json=True)["config"].get("instance_group", []) for step in STEPS
+        }
+    return version, groups
+
+
+def served_answers(grpc_url: str, photos: list[bytes]) -> dict[str, list[CaptionResult]]:
+    """The photos through the ensemble in one request (the steps batch them), then each in a request alone."""
+    with Food11Client(grpc_url) as client:
+        return {
+            "in one request": client.caption(photos),
+            "each alone": [client.caption([photo])[0] for photo in photos],
+        }
+
+
+def compare_with_hugging_face(repository: Path, photos: list[bytes], served: dict[str, list[CaptionResult]]) -> dict:
+    """Each served caption against Hugging Face fp32 generate on the CPU, on the same pixels and prompt; each
+    served label against the classifier in this process (ONNX Runtime on the CPU)."""
+    pipeline = InProcessPipeline(repository, course=True)  # course: its captioner is Hugging Face fp32 generate
+    classifier_pixels, captioner_pixels = pipeline.preprocess(photos)  # the preprocess step's own code
+    predictions, _ = pipeline.prompts(pipeline.classifier(classifier_pixels))
+    hugging_face = pipeline.captioner
+    # generate() reads what it is not passed from the generation config: the step's penalty, as the step applies it
+    hugging_face.model.generation_config.repetition_penalty = pipeline.captioner_settings.repetition_penalty
+    captions: dict[tuple[int, str], str] = {}  # (photo, prompt) -> caption: both ways usually share prompts
+
+    def reference(photo: int, prompt: str | None) -> str | None:
+        if prompt is None:  # no caption was served: nothing to compare with
+            return None
+        if (photo, prompt) not in captions:
+            captions[photo, prompt] = hugging_face.caption(captioner_pixels[photo : photo + 1], [prompt])[0]
+        return captions[photo, prompt]
+
+    comparison = {}
+    for how, answers in served.items():
+        prompts = [reference_prompt(answer, pipeline.labelling.prompt_template) for answer in answers]
+        expected = [reference(photo, prompt) for photo, prompt in enumerate(prompts)]
+        comparison[how] = compare_captions(answers, expected, [p.label for p in predictions])
+    return comparison
+
+
+def _answer(answer: CaptionResult) -> dict:
+    return {key: getattr(answer, key) for key in ("label", "probability", "caption", "caption_status")}
+
+
+def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: dict[str, Path], args) -> None:
+    """perf_analyzer on the ensemble at each level and on the classifier alone; each row saved as it comes."""
+    plan = [(ENSEMBLE, level, max(args.window, 2 * level)) for level in args.concurrency]
+    level = args.classifier_concurrency
+    plan.append(("classifier", level, max(args.classifier_window, 2 * level)))
+    rows = run.result.setdefault("perf_analyzer", [])
+    for model, concurrency, window in plan:
+        before = model_counters(triton.grpc_url)
+        try:
+            measurement, stability = perf_analyzer.measure_stably(
+                model,
+                triton.grpc_url,
+                input_files[model],
+                concurrency,
+                SCRATCH / f"{model}_{concurrency}.csv",
+                window,
+                bls_composing=bls_callees(repository, model) if model == ENSEMBLE else (),
+            )
+        except perf_analyzer.PerfAnalyzerFailed as exc:
+            run.fail(f"perf_analyzer on {model} at concurrency {concurrency}", str(exc))
+            rows.append({"model": model, "concurrency": concurrency, "error": str(exc).splitlines()[-1]})
+        else:
+            stats = counters_since(triton.grpc_url, before)
+            rows.append({**measurement.__dict__, "stability_percentage": stability, **step_figures(stats)})
+        print(json.dumps(rows[-1]), flush=True)
+        run.save()
+
+
+def copy_log_tail(log_file: Path, name: str) -> None:
+    """The end of Triton's log beside the results: what the steps said at load, and any failure."""
+    if log_file.exists():
+        with open(log_file, "rb") as log:
+            log.seek(max(0, log_file.stat().st_size - LOG_TAIL_BYTES))
+            OUT.mkdir(parents=True, exist_ok=True)
+            (OUT / f"{name}_tritonserver.log").write_bytes(log.read())
+
+
+def benchmark_photos(run: Run, count: int) -> list[bytes]:
+    """The benchmarks' photos; the repository's own three where scikit-image (the rest) does not import."""
+    try:
+        return varied_photos(count)
+    except ImportError:
+        run.fail("photos", traceback.format_exc() + "\nso the photos are the three of tests/photos alone")
+        return [(TEST_PHOTOS / name).read_bytes() for name in FRUIT_PHOTOS][:count]
+
+
+def serve_and_measure(run: Run, repository: Path, photos: list[bytes], args) -> None:
+    input_files = write_input_data(repository, photos, SCRATCH / "perf_input")
+    log_file = SCRATCH / "tritonserver.log"
+    log_file.unlink(missing_ok=True)  # placement is read from this run's log alone
+    try:
+        with TritonServer(repository, SCRATCH / "triton", free_ports(), log_file=log_file) as triton:
+            run.result["triton_version"], groups = server_facts(triton.grpc_url)
+            run.result["placement"] = placement(log_file.read_text(errors="replace"), groups)
+            run.save()
+            served: dict[str, list[CaptionResult]] = {}
+            with run.stage("served captions"):
+                served = served_answers(triton.grpc_url, photos)
+                run.result["served"] = {how: [_answer(a) for a in answers] for how, answers in served.items()}
+            if served:
+                with run.stage("Hugging Face fp32 reference"):
+                    run.result["captions"] = compare_with_hugging_face(repository, photos, served)
+            with run.stage("perf_analyzer"):
+                perf_sweep(run, triton, repository, input_files, args)
+    finally:
+        copy_log_tail(log_file, run.name)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    has_gpu = require_gpu(args.allow_cpu)
+    repository = args.repository.resolve()
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    run = Run(args.name, collect_provenance())
+    run.result["repository"] = portable_path(repository)
+    with run.stage("environment"):
+        run.result["environment"] = environment(has_gpu)
+    if args.build:
+        with run.stage("build"):
+            build(repository)
+    with run.stage("server"):
+        settings = step_settings(repository, "captioner", CaptionerSettings)
+        standin = standin_info(repository / "captioner" / "1" / settings.model_dir)
+        run.result["blip"] = f"BLIP stand-in {standin['size']} (random weights)" if standin else "BLIP (real weights)"
+        photos = benchmark_photos(run, args.photos)
+        run.result["photos"] = len(photos)
+        serve_and_measure(run, repository, photos, args)
+    print((OUT / f"{args.name}.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+"""What benchmarks/gpu_serve.py reports, as plain functions of what it gathered: the GPU as nvidia-smi names
+it, where each step's instances run (Triton's config and log, the steps' own ONNX Runtime providers), the
+served captions against Hugging Face fp32 ``generate``, the issue's targets met or missed, and the markdown.
+No server, no GPU: tests/unit/test_gpu_serve.py runs them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from pipeline_src.contract import ENSEMBLE, CaptionStatus
+from pipeline_src.profiling.report import markdown_table
+from pipeline_src.steps.classification import build_prompt
+
+STEPS = ("preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner")
+# No kind in their instance_group: Triton puts them on the GPU when it sees one. The other steps are KIND_CPU.
+GPU_STEPS = ("classifier", "vision_encoder", "captioner")
+CUDA = "CUDAExecutionProvider"
+
+# The issue's targets (issue 24).
+P50_AT_1_MS = 50.0
+IMG_PER_S_AT = {8: 100.0, 32: 250.0}
+CLASSIFIER_CONCURRENCY, CLASSIFIER_INFER_PER_S = 16, 1257.0
+
+# Triton's python backend, per instance: "TRITONBACKEND_ModelInstanceInitialize: captioner_0_0 (GPU device 0)".
+_INSTANCE = re.compile(
+    r"ModelInstanceInitialize: (?P<instance>[\w.-]+?)_\d+_\d+ \((?P<kind>[A-Z]+) device (?P<id>\d+)\)"
+)
+# What the steps log at load: OnnxStep "classifier: ONNX Runtime providers [...]", the captioner
+# "captioner: text decoder in fp32 (reason), providers [...]".
+_PROVIDERS = re.compile(
+    r"\b(?P<model>[\w.-]+): (?:ONNX Runtime providers|text decoder in \w+ \([^)]*\), providers) \[(?P<list>[^\]]*)\]"
+)
+
+
+# --- the GPU, as nvidia-smi names it --------------------------------------------------------------------------
+
+
+def listed_gpus(listing: str) -> list[str]:
+    """The GPUs ``nvidia-smi -L`` lists ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"), by name."""
+    return re.findall(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$", listing, flags=re.MULTILINE)
+
+
+def cuda_version(summary: str) -> str | None:
+    """The CUDA version the driver supports, from plain ``nvidia-smi``'s header."""
+    found = re.search(r"CUDA Version:\s*([\d.]+)", summary)
+    return found[1] if found else None
+
+
+def gpu_rows(query_csv: str, fields: Sequence[str]) -> list[dict[str, str]]:
+    """``nvidia-smi --query-gpu=<fields> --format=csv,noheader``, one dict per GPU."""
+    return [dict(zip(fields, (cell.strip() for cell in line.split(",")))) for line in query_csv.splitlines() if line]
+
+
+# --- where each step runs -------------------------------------------------------------------------------------
+
+
+def instance_devices(log: str) -> dict[str, list[str]]:
+    """Model -> one "GPU 0" or "CPU 0" per instance, as Triton's python backend logs their start."""
+    devices: dict[str, list[str]] = {}
+    for found in _INSTANCE.finditer(log):
+        devices.setdefault(found["instance"], []).append(f"{found['kind']} {found['id']}")
+    return devices
+
+
+def step_providers(log: str) -> dict[str, list[list[str]]]:
+    """Model -> the ONNX Runtime providers each of its instances reported at load, first choice first."""
+    providers: dict[str, list[list[str]]] = {}
+    for found in _PROVIDERS.finditer(log):
+        names = re.findall(r"'([^']+)'", found["list"])
+        providers.setdefault(found["model"], []).append(names)
+    return providers
+
+
+def placement(log: str, instance_groups: Mapping[str, Sequence[Mapping]]) -> dict[str, dict]:
+    """Per step: the kinds Triton gave its instance groups (``/v2/models/<m>/config``), the device each
+    instance started on (its log), the providers each instance's ONNX Runtime sessions run on (the step's own
+    log line), and whether all of that says GPU. A step that runs no ONNX model reports no providers."""
+    devices, providers = instance_devices(log), step_providers(log)
+    steps = {}
+    for model, groups in instance_groups.items():
+        kinds = [str(group.get("kind", "")) for group in groups]
+        started = devices.get(model, [])
+        sessions = providers.get(model, [])
+        on_gpu = (
+            bool(kinds and started)
+            and all(kind == "KIND_GPU" for kind in kinds)
+            and all(device.startswith("GPU") for device in started)
+            and all(names[:1] == [CUDA] for names in sessions)
+        )
+        steps[model] = {
+            "config_kinds": kinds,
+            "instances": started,
+            "providers": sorted({name for names in sessions for name in names[:1]}),
+            "on_gpu": on_gpu,
+        }
+    return steps
+
+
+# --- served captions against Hugging Face ---------------------------------------------------------------------
+
+
+class Answer(Protocol):
+    """What the comparison reads of a served answer (food11_client.CaptionResult has it)."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def caption(self) -> str: ...
+
+    @property
+    def caption_status(self) -> str: ...
+
+
+def reference_prompt(answer: Answer, template: str) -> str | None:
+    """The prompt the BLS step captioned ``answer`` with: its served label's above the confidence threshold,
+    none below; None where no caption was made (the captioner failed or timed out)."""
+    if answer.caption_status == CaptionStatus.OK.value:
+        return build_prompt(template, answer.label)
+    if answer.caption_status == CaptionStatus.LOW_CONFIDENCE.value:
+        return ""
+    return None
+
+
+def compare_captions(
+    served: Sequence[Answer], reference: Sequence[str | None], in_process_labels: Sequence[str]
+) -> dict:
+    """Served captions against the reference (None: none could be made), photo by photo; and any photo whose
+    served label is not the one the classifier gives in this process."""
+    if not len(served) == len(reference) == len(in_process_labels):
+        raise ValueError(f"{len(served)} answers, {len(reference)} references, {len(in_process_labels)} labels")
+    differing = [
+        {"photo": photo, "label": answer.label, "served": answer.caption, "hf_fp32": expected}
+        for photo, (answer, expected) in enumerate(zip(served, reference))
+        if answer.caption != expected
+    ]
+    labels = [
+        {"photo": photo, "served": answer.label, "in_process": label}
+        for photo, (answer, label) in enumerate(zip(served, in_process_labels))
+        if answer.label != label
+    ]
+    return {
+        "identical": len(served) - len(differing),
+        "total": len(served),
+        "differing": differing,
+        "label_differs": labels,
+    }
+
+
+# --- the issue's targets --------------------------------------------------------------------------------------
+
+
+def _row(rows: Sequence[Mapping], model: str, concurrency: int) -> Mapping | None:
+    return next(
+        (r for r in rows if r["model"] == model and r["concurrency"] == concurrency and "throughput" in r), None
+    )
+
+
+def _check(target: str, goal: str, value, met: bool | None) -> dict:
+    return {"target": target, "goal": goal, "value": "" if value is None else value, "met": _met(met)}
+
+
+def _met(met: bool | None) -> str:
+    return "not measured" if met is None else ("met" if met else "MISSED")
+
+
+def targets(rows: Sequence[Mapping], captions: Mapping[str, Mapping]) -> list[dict]:
+    """Each target met, missed, or not measured (its concurrency not run, or its run failed). ``captions``:
+    a ``compare_captions`` result per way the photos were sent."""
+    checks = []
+    at_one = _row(rows, ENSEMBLE, 1)
+    p50 = at_one["p50_ms"] if at_one else None
+    checks.append(
+        _check(
+            "ensemble p50 at concurrency 1", f"<= {P50_AT_1_MS:g} ms", p50, None if p50 is None else p50 <= P50_AT_1_MS
+        )
+    )
+    for concurrency, goal in IMG_PER_S_AT.items():
+        row = _row(rows, ENSEMBLE, concurrency)
+        value = row["throughput"] if row else None
+        checks.append(
+            _check(
+                f"ensemble throughput at concurrency {concurrency}",
+                f">= {goal:g} img/s",
+                value,
+                None if value is None else value >= goal,
+            )
+        )
+    row = _row(rows, "classifier", CLASSIFIER_CONCURRENCY)
+    value = row["throughput"] if row else None
+    checks.append(
+        _check(
+            f"classifier throughput at concurrency {CLASSIFIER_CONCURRENCY}",
+            f">= {CLASSIFIER_INFER_PER_S:g} infer/s",
+            value,
+            None if value is None else value >= CLASSIFIER_INFER_PER_S,
+        )
+    )
+    identical = sum(check["identical"] for check in captions.values())
+    total = sum(check["total"] for check in captions.values())
+    checks.append(
+        _check(
+            "served captions identical to Hugging Face fp32 generate",
+            "all",
+            f"{identical} of {total}" if total else None,
+            (identical == total) if total else None,
+        )
+    )
+    return checks
+
+
+# --- the per-step figures of a perf_analyzer run --------------------------------------------------------------
+
+
+# --- the markdown ---------------------------------------------------------------------------------------------
+
+PERF_COLUMNS = (
+    "model",
+    "concurrency",
+    "throughput",
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "stability_percentage",
+    *(f"{step}_{figure}" for step in STEPS for figure in ("mean_batch", "queue_ms", "compute_ms")),
+    "error",
+)
+
+
+def _environment_paragraphs(result: Mapping) -> list[str]:
+    environment = result.get("environment", {})
+    gpus = environment.get("gpus") or []
+    if gpus:
+        gpu = "GPU: " + "; ".join(
+            f"{g.get('name')} (driver {g.get('driver_version')}, {g.get('memory.total')})" for g in gpus
+        )
+        gpu += f", CUDA {environment.get('cuda_version')} (the driver's)."
+    else:
+        gpu = "**No GPU**: run with --allow-cpu, so these are the CPU's figures, not a GPU's."
+    versions = ", ".join(f"{name} {version}" for name, version in environment.get("versions", {}).items())
+    return [
+        f"{gpu} ONNX Runtime {environment.get('onnxruntime', '?')}, providers "
+        f"{environment.get('onnxruntime_providers', [])}; Triton {result.get('triton_version', '?')}; "
+        f"{result.get('blip', 'the repository not read')}.",
+        f"Python {environment.get('python', '?')}; {versions}.",
+    ]
+
+
+def _placement_section(steps: Mapping[str, Mapping]) -> str:
+    rows = [
+        {
+            "step": model,
+            "config kinds": " ".join(figures["config_kinds"]),
+            "instances started on": " ".join(figures["instances"]),
+            "ONNX Runtime provider": " ".join(figures["providers"]),
+            "on the GPU": figures["on_gpu"],
+        }
+        for model, figures in steps.items()
+    ]
+    off = [step for step in GPU_STEPS if step in steps and not steps[step]["on_gpu"]]
+    summary = (
+        f"NOT on the GPU: {', '.join(off)}."
+        if off
+        else f"{', '.join(GPU_STEPS)}: on the GPU, with {CUDA} first (config, Triton's log and the steps' own log)."
+    )
+    columns = ["step", "config kinds", "instances started on", "ONNX Runtime provider", "on the GPU"]
+    return markdown_table("Where each step runs", [summary], columns, rows, level=2)
+
+
+def _captions_section(captions: Mapping[str, Mapping], photos: int) -> str:
+    paragraphs = [
+        f"{photos} photos sent through the ensemble; the reference: Hugging Face `BlipForConditionalGeneration` "
+        "fp32 `generate` on the CPU, on the pixels the preprocess step makes and the prompt the BLS step builds "
+        "from each served label, with the captioner's max_new_tokens and repetition penalty. Identical to it: "
+        + "; ".join(f"{check['identical']} of {check['total']} {how}" for how, check in captions.items())
+        + "."
+    ]
+    for how, check in captions.items():
+        paragraphs += [
+            f"{how}: photo {row['photo']} served label {row['served']!r}, in-process classifier {row['in_process']!r}"
+            for row in check["label_differs"]
+        ]
+    rows = [{"sent": how, **row} for how, check in captions.items() for row in check["differing"]]
+    title = "Served captions vs Hugging Face fp32"
+    if not rows:
+        return f"## {title}\n\n" + "\n\n".join(paragraphs) + "\n\nEvery served caption is Hugging Face's.\n"
+    return markdown_table(title, paragraphs, ["sent", "photo", "label", "served", "hf_fp32"], rows, level=2)
+
+
+def markdown(result: Mapping) -> str:
+    """The report of whatever stages ran (a later stage may have failed: its error is shown instead)."""
+    on = "a GPU" if result.get("environment", {}).get("gpus") else "the CPU (--allow-cpu)"
+    parts = [
+        markdown_table(
+            f"Served pipeline on {on}: Triton ensemble, perf_analyzer, captions",
+            _environment_paragraphs(result),
+            ["target", "goal", "value", "met"],
+            result.get("targets", []),
+        )
+    ]
+    if result.get("placement"):
+        parts.append(_placement_section(result["placement"]))
+    if result.get("perf_analyzer"):
+        columns = [c for c in PERF_COLUMNS if any(c in row for row in result["perf_analyzer"])]
+        parts.append(
+            markdown_table(
+                "perf_analyzer (latency in ms; per step: Triton's mean batch, queue and compute ms per request)",
+                [],
+                columns,
+                result["perf_analyzer"],
+                level=2,
+            )
+        )
+    if result.get("captions"):
+        parts.append(_captions_section(result["captions"], result.get("photos", 0)))
+    for stage, error in result.get("errors", {}).items():
+        parts.append(f"## Stage '{stage}' failed\n\n```\n{error.strip()}\n```\n")
+    return "\n".join(parts)

