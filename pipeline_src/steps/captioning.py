@@ -150,6 +150,12 @@ class TextDecoder:
 
     def advance(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
         """Feed one token per row; the logits for the token after it."""
+        positions = self.take_slot(state, tokens)
+        return self._run(state, tokens.astype(np.int64)[:, None], positions)
+
+    @staticmethod
+    def take_slot(state: DecoderState, tokens: np.ndarray) -> np.ndarray:
+        """Record one fed token per row and mark the next slot written; the positions ``[rows, 1]`` they take."""
         if state.written == state.slots:
             raise ValueError(f"the cache's {state.slots} slots are full: prefill with a larger max_new_tokens")
         for seen, token in zip(state.seen, tokens):
@@ -157,7 +163,7 @@ class TextDecoder:
         positions = state.next_position[:, None].copy()
         state.next_position += 1
         state.real[:, state.written] = True
-        return self._run(state, tokens.astype(np.int64)[:, None], positions)
+        return positions
 
     def _run(self, state: DecoderState, input_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """One step over the new tokens ``[batch, t]``, written to the next ``t`` slots."""

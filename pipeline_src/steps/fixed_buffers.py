@@ -132,15 +132,9 @@ class FixedBufferDecoder(TextDecoder):
     def advance(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
         if not isinstance(state, FixedState) or state.buffers is None:
             return super().advance(state, tokens)  # a batch that did not fit
-        if state.written == state.slots:
-            raise ValueError(f"the cache's {state.slots} slots are full: prefill with a larger max_new_tokens")
         buffers = state.buffers
-        for seen, token in zip(state.seen, tokens):
-            seen.append(int(token))
+        positions = self.take_slot(state, tokens)  # the batch's rows' tokens; the padding rows' follow
         padded = np.concatenate([tokens, np.repeat(tokens[:1], len(state.real) - len(tokens))]).astype(np.int64)
-        positions = state.next_position[:, None].copy()
-        state.next_position += 1
-        state.real[:, state.written] = True
         bias, cache_positions = attention_bias(state, 1)
         for buffer, array in (
             (buffers.input_ids, padded[:, None]),
