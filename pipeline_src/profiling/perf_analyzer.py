@@ -148,10 +148,12 @@ def measure(
     stability_percentage: int = 10,
     max_trials: int = 10,
     bls_composing: Sequence[str] = (),
+    timeout_s: float | None = None,
 ) -> Measurement:
     """perf_analyzer at one concurrency over gRPC, in count windows: a slow model (seconds per
     request) finishes too few requests in a time window for its measurements to stabilise.
-    ``bls_composing``: models a BLS step of ``model`` calls, reported with the ensemble's composing models."""
+    ``bls_composing``: models a BLS step of ``model`` calls, reported with the ensemble's composing models.
+    ``timeout_s``: a run that has not finished by then is killed and reported as failed."""
     args = [
         "-m",
         model,
@@ -178,7 +180,12 @@ def measure(
     if bls_composing:
         args.append(f"--bls-composing-models={','.join(bls_composing)}")
     csv_path.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
-    done = subprocess.run(command(*args), env=environment(), capture_output=True, text=True)
+    try:
+        done = subprocess.run(command(*args), env=environment(), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise PerfAnalyzerFailed(
+            f"perf_analyzer on {model} at concurrency {concurrency}: no result in {timeout_s:g} s"
+        ) from exc
     if done.returncode != 0 or not csv_path.exists():
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
         raise PerfAnalyzerFailed(
@@ -195,16 +202,29 @@ def measure_stably(
     csv_path: Path,
     window: int,
     bls_composing: Sequence[str] = (),
+    timeout_s: float | None = None,
 ) -> tuple[Measurement, int]:
     """perf_analyzer's default stability (three windows within 10 %), loosened once if a slow, batching
     model does not settle; the bound that held is reported with the figures."""
     try:
-        return measure(model, grpc_url, input_data, concurrency, csv_path, window, 10, bls_composing=bls_composing), 10
+        return measure(
+            model,
+            grpc_url,
+            input_data,
+            concurrency,
+            csv_path,
+            window,
+            10,
+            bls_composing=bls_composing,
+            timeout_s=timeout_s,
+        ), 10
     except PerfAnalyzerFailed as exc:
         if "stable measurement" not in str(exc):
             raise
     print(f"{model} at concurrency {concurrency}: not stable within 10 %, retrying within 25 %", flush=True)
-    return measure(model, grpc_url, input_data, concurrency, csv_path, window, 25, bls_composing=bls_composing), 25
+    return measure(
+        model, grpc_url, input_data, concurrency, csv_path, window, 25, bls_composing=bls_composing, timeout_s=timeout_s
+    ), 25
 
 
 def main(argv=None) -> None:

@@ -234,18 +234,26 @@ def test_device_join_sh_joins_the_parts_checks_every_sha256_and_refuses_a_damage
     assert "a.whl" in damaged.stdout + damaged.stderr
 
 
-def test_a_trimmed_wheel_keeps_what_is_named_and_its_metadata_with_a_record_that_matches(tmp_path):
+def test_a_repacked_wheel_is_lzma_and_a_trimmed_one_keeps_what_is_named_with_a_record_that_matches(tmp_path):
     wheel = tmp_path / "pkg-0.1.0-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as out:
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as out:
         out.writestr("pkg/__init__.py", "VERSION = 1\n")
         out.writestr("pkg/model/vocab.txt", "[PAD]\nhello\n")
         out.writestr("pkg/model/weights.bin", b"\0" * 4096)
         out.writestr("pkg-0.1.0.dist-info/METADATA", "Name: pkg\nVersion: 0.1.0\n")
         out.writestr("pkg-0.1.0.dist-info/entry_points.txt", "[console_scripts]\npkg = pkg.cli:main\n")
-        out.writestr("pkg-0.1.0.dist-info/RECORD", "stale\n")
+        out.writestr("pkg-0.1.0.dist-info/RECORD", "as it came\n")
+    (tmp_path / "out").mkdir()
+    whole = tmp_path / "out" / "whole.whl"
+    device_stage.repack_wheel(wheel, whole)
+    with zipfile.ZipFile(wheel) as before, zipfile.ZipFile(whole) as after:
+        assert {i.filename: after.read(i) for i in after.infolist()} == {
+            i.filename: before.read(i) for i in before.infolist()
+        }
+        assert {info.compress_type for info in after.infolist()} == {zipfile.ZIP_LZMA}
+
     trimmed = tmp_path / "out" / wheel.name
-    trimmed.parent.mkdir()
-    device_stage.trim_wheel(wheel, ("pkg/__init__.py", "pkg/model/vocab.txt"), trimmed)
+    device_stage.repack_wheel(wheel, trimmed, device_stage.Trim(drop=("pkg/model/*",), keep=("pkg/model/vocab.txt",)))
     with zipfile.ZipFile(trimmed) as result:
         names = set(result.namelist())
         record = result.read("pkg-0.1.0.dist-info/RECORD").decode().splitlines()
@@ -262,16 +270,32 @@ def test_a_trimmed_wheel_keeps_what_is_named_and_its_metadata_with_a_record_that
         assert entries[name] == [device_stage.record_hash(contents[name]), str(len(contents[name]))]
 
 
-def test_the_device_calls_fit_a_command_each_and_the_last_names_the_commit():
-    clean = device_stage.device_calls(7, "abc1234", dirty=False)
-    assert len(clean) == 9
+def test_the_trims_keep_the_stub_of_the_device_python_and_the_files_the_run_reads():
+    pytriton = next(trim for prefix, trim in device_stage.TRIMS.items() if prefix.startswith("nvidia_pytriton"))
+    stubs = "pytriton/tritonserver/python_backend_stubs"
+    assert pytriton.keeps(f"{stubs}/{device_stage.PYTHON_VERSION}/triton_python_backend_stub")
+    assert not pytriton.keeps(f"{stubs}/3.13/triton_python_backend_stub")
+    assert not pytriton.keeps("nvidia_pytriton.libs/libpython3-419a3a08.13.so.1.0")
+    assert pytriton.keeps("pytriton/tritonserver/bin/tritonserver")
+    cudart = next(trim for prefix, trim in device_stage.TRIMS.items() if prefix.startswith("nvidia_cuda_runtime"))
+    assert cudart.keeps("nvidia/cuda_runtime/lib/libcudart.so.12")
+    assert not cudart.keeps("nvidia/cuda_runtime/lib/libcudart_static.a")
+
+
+def test_the_device_calls_fit_a_command_each_check_first_build_with_the_last_part_and_name_the_commit():
+    clean = device_stage.device_calls(5, "abc1234", dirty=False)
+    assert len(clean) == 6
     assert all(len(call["command"]) <= device_stage.MAX_COMMAND for call in clean)
-    assert [call["carry"] for call in clean[:7]] == [[f".device/part{n}"] for n in range(1, 8)]
-    assert "device_join.sh" not in clean[5]["command"] and "device_join.sh" in clean[6]["command"]
-    assert "build_models.py" in clean[7]["command"]
-    assert clean[8]["command"].startswith("FOOD11_COMMIT=abc1234 ") and "--allow-dirty" not in clean[8]["command"]
-    dirty = device_stage.device_calls(7, "abc1234", dirty=True)[-1]["command"]
-    assert "FOOD11_COMMIT=abc1234+dirty " in dirty and dirty.endswith("benchmarks/gpu_serve.py --allow-dirty")
+    assert [call["carry"] for call in clean[:5]] == [[f".device/part{n}"] for n in range(1, 6)]
+    assert all("/proc/sys/kernel/random/boot_id" in call["command"] for call in clean[:5])  # the same machine?
+    assert "device_preflight.py" in clean[0]["command"]
+    assert "device_join.sh" not in clean[3]["command"]
+    assert all(name in clean[4]["command"] for name in ("device_join.sh", "device_cuda_smoke.py", "build_models.py"))
+    runner = clean[5]["command"]
+    assert runner.startswith("FOOD11_COMMIT=abc1234 ") and "--allow-dirty" not in runner
+    assert f"--deadline-s {device_stage.RUN_DEADLINE_S}" in runner and device_stage.RUN_DEADLINE_S < 600
+    dirty = device_stage.device_calls(5, "abc1234", dirty=True)[-1]["command"]
+    assert "FOOD11_COMMIT=abc1234+dirty " in dirty and dirty.endswith("--allow-dirty")
 
 
 def test_what_is_staged_is_pinned_as_the_project_pins_it():
