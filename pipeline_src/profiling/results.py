@@ -28,8 +28,8 @@ from pipeline_src import PROJECT_ROOT
 
 RESULTS_RELATIVE = "benchmarks/results"
 RESULTS_DIR = PROJECT_ROOT / RESULTS_RELATIVE
-# A copy of the working tree without .git (the device machine's) is told its commit by whoever sent it;
-# ``abc1234+dirty`` for a tree with uncommitted changes.
+# A copy of the working tree sent elsewhere (the device machine's) is told its commit by whoever sent it;
+# ``abc1234+dirty`` for a tree with uncommitted changes. Where set, it wins over the copy's own .git.
 COMMIT_VARIABLE = "FOOD11_COMMIT"
 PROVENANCE_KEYS = ("machine", "commit", "clean", "dirty", "uncommitted", "date", "command")
 NOTABLE_CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
@@ -120,17 +120,18 @@ def uncommitted_changes(root: Path = PROJECT_ROOT) -> list[str]:
 
 
 def _tree_state(root: Path) -> tuple[str, tuple[str, ...], str]:
-    """(commit, uncommitted paths, why the tree's state is unknown)."""
+    """(commit, uncommitted paths, why the tree's state is unknown). FOOD11_COMMIT, where set, wins: a copy of
+    the working tree sent to another machine may carry a .git whose HEAD is not the tree it holds."""
+    told = os.environ.get(COMMIT_VARIABLE, "").strip()
+    if told:
+        commit, dirty = told.removesuffix("+dirty"), told.endswith("+dirty")
+        return commit, (), f"{COMMIT_VARIABLE}={told} (a tree with uncommitted changes)" if dirty else ""
     if is_checkout(root):
         head = _git(root, "rev-parse", "--short", "HEAD")
         committed = head is not None and head.returncode == 0
         commit = head.stdout.strip() if head is not None and committed else "unknown"
         return commit, tuple(uncommitted_changes(root)), "" if committed else "no commit yet"
-    told = os.environ.get(COMMIT_VARIABLE, "").strip()
-    if not told:
-        return "unknown", (), f"not a git checkout, and {COMMIT_VARIABLE} unset"
-    commit, dirty = told.removesuffix("+dirty"), told.endswith("+dirty")
-    return commit, (), f"{COMMIT_VARIABLE}={told} (a tree with uncommitted changes)" if dirty else ""
+    return "unknown", (), f"not a git checkout, and {COMMIT_VARIABLE} unset"
 
 
 def portable_path(path: str | Path, root: Path = PROJECT_ROOT) -> str:
