@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +76,10 @@ def onnx_session(
 
 class OnnxModel:
     """A one-input, one-output ONNX model (the classifier, the vision encoder): one session run for a
-    whole stacked batch of requests (so without a CPU arena)."""
+    whole stacked batch of requests (so without a CPU arena). With ``batch_sizes`` (a GPU instance's
+    ``gpu_batch_sizes``), a batch runs zero-padded up to the smallest of them that holds it, on that size's
+    own session, and a batch larger than all of them in chunks of the largest: each session sees one shape.
+    The rows are independent (inference: no batch statistics), so padding changes no row's answer."""
 
     def __init__(
         self,
@@ -84,11 +88,20 @@ class OnnxModel:
         device_id: int = 0,
         intra_op_threads: int = 0,
         choice: PrecisionChoice | None = None,
+        batch_sizes: Sequence[int] = (),
     ):
-        self.session = onnx_session(onnx_path, on_gpu, device_id, intra_op_threads, cpu_arena=False)
+        self.batch_sizes = tuple(batch_sizes)
+        self.sessions = {
+            size: onnx_session(onnx_path, on_gpu, device_id, intra_op_threads, cpu_arena=False)
+            for size in self.batch_sizes or (None,)
+        }
+        self.session = next(iter(self.sessions.values()))
         (self.input,) = self.session.get_inputs()
         self.output = self.session.get_outputs()[0]
         self.choice = choice  # which precision and why, where the step has a choice
+        if all(isinstance(dim, int) for dim in self.input.shape[1:]):
+            for size in self.batch_sizes:  # each session's one-time setup for its shape, before the first request
+                self(np.zeros((size, *self.input.shape[1:]), np.float32))
 
     @classmethod
     def from_settings(
@@ -103,6 +116,7 @@ class OnnxModel:
             device_id,
             settings.intra_op_threads,
             choice,
+            settings.padded_batch_sizes if on_gpu else (),
         )
 
     @property
@@ -110,4 +124,15 @@ class OnnxModel:
         return self.session.get_providers()
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
-        return self.session.run([self.output.name], {self.input.name: batch})[0]
+        if not self.batch_sizes:
+            return self._run(self.session, batch)
+        largest = self.batch_sizes[-1]
+        if len(batch) > largest:
+            return np.concatenate([self(batch[start : start + largest]) for start in range(0, len(batch), largest)])
+        size = next(size for size in self.batch_sizes if size >= len(batch))
+        padded = np.zeros((size, *batch.shape[1:]), batch.dtype)
+        padded[: len(batch)] = batch
+        return self._run(self.sessions[size], padded)[: len(batch)]
+
+    def _run(self, session: ort.InferenceSession, batch: np.ndarray) -> np.ndarray:
+        return session.run([self.output.name], {self.input.name: batch})[0]

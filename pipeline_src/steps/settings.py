@@ -131,11 +131,28 @@ class OnnxStepSettings(StepSettings):
 
     onnx_file: str = "model.onnx"  # relative to the model version directory
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
+    # On a GPU instance, comma-separated batch sizes (e.g. "1,8,32"): each batch runs padded up to the
+    # smallest that holds it, on a session of that size's own, so that no session ever sees a new shape.
+    # Empty: every batch as it comes. Why: ONNX Runtime's CUDA convolutions redo their cuDNN setup whenever
+    # the input shape differs from the last run's (docs/gpu.md, "What the GPU runs showed").
+    gpu_batch_sizes: str = ""
 
     ONNX_FILE_FIELDS = ("onnx_file",)
 
+    @property
+    def padded_batch_sizes(self) -> tuple[int, ...]:
+        return tuple(int(size) for size in self.gpu_batch_sizes.split(",") if size.strip())
+
     def validate(self) -> None:
         _require(self.intra_op_threads >= 0, "intra_op_threads must be >= 0")
+        try:
+            sizes = self.padded_batch_sizes
+        except ValueError:
+            raise SettingsError(f"gpu_batch_sizes must be comma-separated integers: {self.gpu_batch_sizes!r}") from None
+        _require(
+            all(size > 0 for size in sizes) and list(sizes) == sorted(set(sizes)),
+            f"gpu_batch_sizes must be positive and increasing: {self.gpu_batch_sizes!r}",
+        )
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """benchmarks/gpu_serve.py's report (where each step runs, captions against Hugging Face, the issue's targets)
 and scripts/device_stage.py's staging for the device tool (parts within size, joined back exactly, here and by
-scripts/device_join.sh), without a server or a GPU."""
+scripts/device_join.sh), and the first checks on the device (scripts/device_preflight.py,
+device_cuda_smoke.py), without a server or a GPU."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from pipeline_src.profiling.gpu_serve_report import (
 )
 
 sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+import device_preflight
 import device_stage
 
 JOIN_SH = PROJECT_ROOT / "scripts" / "device_join.sh"
@@ -314,3 +316,36 @@ def test_what_is_staged_is_pinned_as_the_project_pins_it():
             assert re.search(rf"{re.escape(spec)}\b", makefile), spec
         else:
             assert pins.get(name) == version, spec
+
+
+# --- the first checks on the machine --------------------------------------------------------------------------
+
+
+def test_the_preflight_stops_loudly_on_a_missing_library(monkeypatch, capsys):
+    monkeypatch.setattr(device_preflight, "SYSTEM_LIBRARIES", ("libc.so.6", "libfood11-absent.so.7"))
+    assert device_preflight.main(["--allow-cpu"]) == 1
+    printed = capsys.readouterr().out
+    assert re.search(r"preflight: MISSING +libfood11-absent\.so\.7 \(perf_analyzer\): not found", printed)
+    assert re.search(r"preflight: ok +libc\.so\.6", printed)
+    assert "preflight: STOP: 1 missing: libfood11-absent.so.7 (perf_analyzer)" in printed
+
+
+def test_the_preflight_without_a_gpu_stops_unless_told_it_is_a_rehearsal(monkeypatch, capsys):
+    no_gpu = [device_preflight.Check("a GPU (nvidia-smi -L)", False, "none")]
+    monkeypatch.setattr(device_preflight, "gpu", lambda: no_gpu)
+    monkeypatch.setattr(device_preflight, "SYSTEM_LIBRARIES", ("libc.so.6",))
+    monkeypatch.setattr(device_preflight, "libpython", lambda: device_preflight.Check("libpython", True, "here"))
+    monkeypatch.setattr(device_preflight, "room", lambda: [])
+    assert device_preflight.main([]) == 1
+    assert "MISSING a GPU" in capsys.readouterr().out
+    assert device_preflight.main(["--allow-cpu"]) == 0
+
+
+def test_the_cuda_smoke_test_fails_loudly_where_onnx_runtime_cannot_run_cuda():
+    if listed_gpus(device_preflight.run("nvidia-smi", "-L")):
+        pytest.skip("a GPU is here: the smoke test may pass")
+    done = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "scripts" / "device_cuda_smoke.py")], capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert "cuda smoke: FAIL:" in done.stdout + done.stderr

@@ -6,6 +6,7 @@ import pytest
 
 from pipeline_src.steps.settings import (
     CaptionerSettings,
+    ClassifierSettings,
     LabelAndCaptionSettings,
     PreprocessSettings,
     SettingsError,
@@ -24,6 +25,11 @@ def test_parameters_are_read_from_tritons_json_config():
 
 def test_defaults_apply_to_missing_parameters():
     assert CaptionerSettings.from_parameters({}) == CaptionerSettings()
+
+
+def test_gpu_batch_sizes_read_as_increasing_integers_and_empty_means_none():
+    assert ClassifierSettings.from_parameters({"gpu_batch_sizes": "1, 8,32"}).padded_batch_sizes == (1, 8, 32)
+    assert ClassifierSettings.from_parameters({}).padded_batch_sizes == ()
 
 
 def test_booleans_and_floats_parse():
@@ -45,6 +51,9 @@ def test_booleans_and_floats_parse():
         (CaptionerSettings, {"auto_min_agreement": "1.5"}, r"auto_min_agreement must lie in \[0, 1\]"),
         (VisionEncoderSettings, {"cpu_precision": "int4"}, "cpu_precision must be one of"),
         (VisionEncoderSettings, {"intra_op_threads": "-1"}, "intra_op_threads must be >= 0"),
+        (ClassifierSettings, {"gpu_batch_sizes": "1,eight"}, "comma-separated integers"),
+        (ClassifierSettings, {"gpu_batch_sizes": "8,1"}, "positive and increasing"),
+        (ClassifierSettings, {"gpu_batch_sizes": "0,8"}, "positive and increasing"),
     ],
 )
 def test_bad_parameters_are_refused_with_the_reason(cls, parameters, message):

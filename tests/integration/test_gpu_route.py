@@ -1,0 +1,74 @@
+"""The GPU route's runner (benchmarks/gpu_serve.py) against the real tritonserver, on the CPU: the Hugging
+Face reference runs in a process of its own on REFERENCE_PYTHON and agrees with the served captions, and a
+run stopped in the middle (SIGTERM, as a command's time limit sends it) still leaves its results so far and
+Triton's log (docs/gpu.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline_src import PROJECT_ROOT
+
+sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
+import gpu_serve
+
+GUARD_S = 600  # a bound on waiting for the runner, so that a broken run fails the test instead of hanging it
+
+
+def wrapper(tmp_path: Path, body: str) -> Path:
+    """An executable standing in for REFERENCE_PYTHON: records its pid in ``started``, then ``body``."""
+    script = tmp_path / "reference_python"
+    script.write_text(f'#!/bin/sh\necho $$ > "{tmp_path / "started"}"\n{body}\n')
+    script.chmod(0o755)
+    return script
+
+
+def test_the_reference_runs_on_reference_python_in_its_own_process_and_matches_the_served_captions(
+    model_repository, client, photos, tmp_path, monkeypatch
+):
+    chosen = [photos[name] for name in ("apple.jpg", "coffee.png", "chelsea.jpg")]
+    served = {"in one request": client.caption(chosen), "each alone": [client.caption([p])[0] for p in chosen]}
+    monkeypatch.setattr(gpu_serve, "SCRATCH", tmp_path / "scratch")
+    monkeypatch.setenv(gpu_serve.REFERENCE_PYTHON, str(wrapper(tmp_path, f'exec "{sys.executable}" "$@"')))
+    comparisons, where = gpu_serve.compare_with_hugging_face(model_repository, chosen, served)
+    assert int((tmp_path / "started").read_text()) != os.getpid()
+    assert where["python"] == sys.executable
+    for how, check in comparisons.items():
+        assert (check["identical"], check["total"]) == (3, 3), (how, check["differing"])
+        assert check["label_differs"] == []
+
+
+def test_a_run_stopped_midway_saves_its_results_so_far_and_tritons_log(model_repository, tmp_path):
+    out = tmp_path / "out"
+    hung = wrapper(tmp_path, "exec sleep 3600")  # a reference that never answers: the run is stopped while it waits
+    env = dict(os.environ, OUT=str(out), **{gpu_serve.REFERENCE_PYTHON: str(hung)}, PYTHONUNBUFFERED="1")
+    command = [sys.executable, str(PROJECT_ROOT / "benchmarks" / "gpu_serve.py"), "--allow-cpu", "--allow-dirty"]
+    command += ["--repository", str(model_repository), "--photos", "2", "--name", "stopped"]
+    runner = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + GUARD_S
+        while not (tmp_path / "started").exists():
+            assert runner.poll() is None, runner.stdout.read()
+            assert time.monotonic() < deadline, "the runner never reached the reference"
+            time.sleep(0.2)
+        reference_pid = int((tmp_path / "started").read_text())
+        runner.send_signal(signal.SIGTERM)
+        output, _ = runner.communicate(timeout=GUARD_S)
+    finally:
+        runner.kill()
+    result = json.loads((out / "stopped.json").read_text())
+    assert "SIGTERM" in result["errors"]["the run"], output
+    assert [len(answers) for answers in result["served"].values()] == [2, 2]  # what came before the stop
+    assert "captions" not in result and result["placement"]["captioner"]["instances"]
+    assert "Stage 'the run' failed" in (out / "stopped.md").read_text()
+    assert "TRITONBACKEND_ModelInstanceInitialize" in (out / "stopped_tritonserver.log").read_text()
+    with pytest.raises(ProcessLookupError):  # the hung reference went with the run
+        os.kill(reference_pid, 0)
