@@ -101,6 +101,7 @@ SERVER_ARGS = ("--allow-gpu-metrics=false",)
 CLIENT_TIMEOUT_S = 120.0  # one request of every photo, on a machine where the steps fell back to the CPU
 REFERENCE_TIMEOUT_S = 300.0
 REFERENCE_PYTHON = "REFERENCE_PYTHON"  # the interpreter the reference runs on; default: this one
+ALLOW_CPU = "FOOD11_ALLOW_CPU"  # set by scripts/device_rehearse.py: the device calls, unchanged, on a CPU
 
 
 class OutOfTime(BaseException):
@@ -125,7 +126,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--classifier-window", type=int, default=1000, help="the same on the classifier alone")
     parser.add_argument("--name", default="gpu_serve", help="results file names, without extension")
     parser.add_argument(
-        "--allow-cpu", action="store_true", help="run without a GPU (its figures are then the CPU's, and say so)"
+        "--allow-cpu",
+        action="store_true",
+        default=bool(os.environ.get(ALLOW_CPU)),
+        help=f"run without a GPU (its figures are then the CPU's, and say so); also {ALLOW_CPU}=1",
     )
     parser.add_argument(
         "--deadline-s", type=float, default=None, help="stop by then, saving what was measured (default: none)"

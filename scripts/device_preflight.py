@@ -136,7 +136,12 @@ def checks() -> list[Check]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--allow-cpu", action="store_true", help="a missing GPU is not fatal (a rehearsal)")
+    parser.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        default=bool(os.environ.get("FOOD11_ALLOW_CPU")),
+        help="a missing GPU is not fatal (a rehearsal: scripts/device_rehearse.py sets FOOD11_ALLOW_CPU=1)",
+    )
     args = parser.parse_args(argv)
     results = checks()
     if args.allow_cpu:

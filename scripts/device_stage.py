@@ -303,7 +303,7 @@ def part_limit(tree_bytes: int) -> int:
 # --- the calls ------------------------------------------------------------------------------------------------
 
 
-RUN_DEADLINE_S = 540  # the runner stops itself by then, saving what it has: inside the call's 600 s
+RUN_DEADLINE_S = 450  # the runner stops itself by then, saving what it has: well inside the call's 600 s
 
 
 def device_calls(parts: int, commit: str, dirty: bool) -> list[dict]:

@@ -157,7 +157,9 @@ class OnnxStepSettings(StepSettings):
 
 @dataclass(frozen=True)
 class ClassifierSettings(OnnxStepSettings):
-    pass
+    # Its many convolutions redo their cuDNN setup on every new shape: 73-430 ms a batch on an H100 against
+    # 1.1-6.6 ms with the shape repeated (benchmarks/results/gpu_batch_shapes.json).
+    gpu_batch_sizes: str = "1,8,32"
 
 
 @dataclass(frozen=True)
@@ -236,9 +238,9 @@ class CaptionerSettings(PrecisionSettings):
     # One caption of zeros at load, so that ready means warm. In the step, not as the config's model_warmup
     # (which the other steps use): this step's input width is the built model's, unknown to its config.
     warm_up: bool = True
-    # On a GPU instance: the decoder step on fixed buffers, recorded and replayed as CUDA graphs (off until
-    # measured on a GPU); prompts up to gpu_max_prompt_tokens tokens (longer ones run unrecorded).
-    gpu_cuda_graphs: bool = False
+    # On a GPU instance: the decoder step on fixed buffers, recorded and replayed as CUDA graphs (same captions,
+    # measured on an H100); prompts up to gpu_max_prompt_tokens tokens (longer ones run unrecorded).
+    gpu_cuda_graphs: bool = True
     gpu_max_prompt_tokens: int = 32
 
     DIRECTORY_FIELDS: ClassVar[Mapping[str, tuple[str, ...]]] = {

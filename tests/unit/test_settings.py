@@ -29,7 +29,8 @@ def test_defaults_apply_to_missing_parameters():
 
 def test_gpu_batch_sizes_read_as_increasing_integers_and_empty_means_none():
     assert ClassifierSettings.from_parameters({"gpu_batch_sizes": "1, 8,32"}).padded_batch_sizes == (1, 8, 32)
-    assert ClassifierSettings.from_parameters({}).padded_batch_sizes == ()
+    assert ClassifierSettings.from_parameters({}).padded_batch_sizes == (1, 8, 32)
+    assert VisionEncoderSettings.from_parameters({}).padded_batch_sizes == ()
 
 
 def test_booleans_and_floats_parse():

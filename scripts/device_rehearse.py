@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""The device calls scripts/device_stage.py prints, command for command, here on the CPU: a rehearsal of the GPU
+route before a GPU machine is lent (docs/gpu.md, "Rehearsing here").
+
+    .venv/bin/python scripts/device_stage.py                  # stage the parts (once per commit)
+    .venv/bin/python scripts/device_rehearse.py --image-python /tmp/image-python/bin/python
+
+``--image-python``: a Python 3.12 standing in for the device image's (numpy 2, torch, transformers, onnx,
+scipy, scikit-learn, scikit-image, a CPU ONNX Runtime; docs/gpu.md says how to make one). Each call runs in
+this checkout as the device runs it: that Python first on PATH, the call's carried part in place, ``OUT`` a
+fresh folder of its own (the files that come back), the machine's scratch folders in /tmp emptied first.
+Only ``FOOD11_ALLOW_CPU=1`` differs, so that the preflight and the runner go on without a GPU. Prints each
+call's exit status, time and files, and exits non-zero if a call failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from device_stage import PARTS_ON_DEVICE, STAGE_DIR, device_calls
+
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling.results import collect_provenance
+
+DEVICE_SCRATCH = (PARTS_ON_DEVICE, "/tmp/device_files", "/tmp/venv", "/tmp/buildsite")  # device_join.sh's
+CALL_LIMIT_S = 600
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--image-python", type=Path, required=True, help="the stand-in for the device's python3")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/device_rehearsal"), help="each call's OUT, numbered")
+    args = parser.parse_args(argv)
+    parts = sorted(STAGE_DIR.glob("part[0-9]*"), key=lambda path: int(path.name.removeprefix("part")))
+    if not parts:
+        raise SystemExit("device_rehearse: no parts: run scripts/device_stage.py first")
+    provenance = collect_provenance()
+    calls = device_calls(len(parts), provenance.commit, not provenance.clean)
+    for folder in (*DEVICE_SCRATCH, str(args.out)):
+        shutil.rmtree(folder, ignore_errors=True)
+    image_bin = str(args.image_python.parent)
+    failed = 0
+    for number, call in enumerate(calls, start=1):
+        out = args.out / f"call{number}"
+        out.mkdir(parents=True)
+        env = dict(os.environ, OUT=str(out), FOOD11_ALLOW_CPU="1", PATH=f"{image_bin}{os.pathsep}{os.environ['PATH']}")
+        env.pop("VIRTUAL_ENV", None)
+        started = time.monotonic()
+        done = subprocess.run(["bash", "-c", call["command"]], cwd=PROJECT_ROOT, env=env, timeout=CALL_LIMIT_S)
+        seconds = time.monotonic() - started
+        files = ", ".join(sorted(path.name for path in out.iterdir())) or "none"
+        print(f"device_rehearse: call {number}: exit {done.returncode} in {seconds:.0f} s; files: {files}", flush=True)
+        failed += done.returncode != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
