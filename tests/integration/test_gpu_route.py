@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling import perf_analyzer
 
 sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
 import gpu_serve
@@ -46,29 +47,60 @@ def test_the_reference_runs_on_reference_python_in_its_own_process_and_matches_t
         assert check["label_differs"] == []
 
 
-def test_a_run_stopped_midway_saves_its_results_so_far_and_tritons_log(model_repository, tmp_path):
+def run_until(
+    tmp_path: Path, model_repository: Path, env: dict, stage: str, then_exists: Path | None = None
+) -> tuple[dict, str, Path]:
+    """benchmarks/gpu_serve.py on the CPU, sent SIGTERM once it has printed that it starts ``stage`` (and
+    ``then_exists`` exists); its results, its output and its OUT."""
     out = tmp_path / "out"
-    hung = wrapper(tmp_path, "exec sleep 3600")  # a reference that never answers: the run is stopped while it waits
-    env = dict(os.environ, OUT=str(out), **{gpu_serve.REFERENCE_PYTHON: str(hung)}, PYTHONUNBUFFERED="1")
     command = [sys.executable, str(PROJECT_ROOT / "benchmarks" / "gpu_serve.py"), "--allow-cpu", "--allow-dirty"]
     command += ["--repository", str(model_repository), "--photos", "2", "--name", "stopped"]
-    runner = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    environment = dict(os.environ, OUT=str(out), PYTHONUNBUFFERED="1", **env)
+    runner = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert runner.stdout is not None
+    lines: list[str] = []
     try:
         deadline = time.monotonic() + GUARD_S
-        while not (tmp_path / "started").exists():
-            assert runner.poll() is None, runner.stdout.read()
-            assert time.monotonic() < deadline, "the runner never reached the reference"
-            time.sleep(0.2)
-        reference_pid = int((tmp_path / "started").read_text())
+        while f"gpu_serve: {stage}\n" not in lines:
+            line = runner.stdout.readline()
+            assert line or runner.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, f"the runner never reached {stage}"
+            lines.append(line)
+        while then_exists is not None and not then_exists.exists():
+            assert runner.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.1)
         runner.send_signal(signal.SIGTERM)
-        output, _ = runner.communicate(timeout=GUARD_S)
+        rest, _ = runner.communicate(timeout=GUARD_S)
     finally:
         runner.kill()
-    result = json.loads((out / "stopped.json").read_text())
+    return json.loads((out / "stopped.json").read_text()), "".join(lines) + rest, out
+
+
+def test_a_run_stopped_while_a_stage_hangs_saves_its_results_so_far_and_tritons_log(model_repository, tmp_path):
+    hung = wrapper(tmp_path, "exec sleep 3600")  # a reference that never answers
+    result, output, out = run_until(
+        tmp_path,
+        model_repository,
+        {gpu_serve.REFERENCE_PYTHON: str(hung)},
+        "Hugging Face fp32 reference",
+        then_exists=tmp_path / "started",
+    )
     assert "SIGTERM" in result["errors"]["the run"], output
     assert [len(answers) for answers in result["served"].values()] == [2, 2]  # what came before the stop
     assert "captions" not in result and result["placement"]["captioner"]["instances"]
     assert "Stage 'the run' failed" in (out / "stopped.md").read_text()
     assert "TRITONBACKEND_ModelInstanceInitialize" in (out / "stopped_tritonserver.log").read_text()
     with pytest.raises(ProcessLookupError):  # the hung reference went with the run
-        os.kill(reference_pid, 0)
+        os.kill(int((tmp_path / "started").read_text()), 0)
+
+
+def test_a_run_stopped_mid_sweep_keeps_the_captions_check_and_tritons_log(model_repository, tmp_path):
+    try:
+        perf_analyzer.library_path()
+    except perf_analyzer.PerfAnalyzerMissing as exc:
+        pytest.skip(f"{exc} (make test installs it)")
+    result, output, out = run_until(tmp_path, model_repository, {}, "perf_analyzer")
+    assert "SIGTERM" in result["errors"]["the run"], output
+    assert [(check["identical"], check["total"]) for check in result["captions"].values()] == [(2, 2), (2, 2)]
+    assert len(result.get("perf_analyzer", [])) < 4  # the sweep did not finish
+    assert "TRITONBACKEND_ModelInstanceInitialize" in (out / "stopped_tritonserver.log").read_text()
