@@ -40,15 +40,14 @@ def timed(run, batch: np.ndarray) -> float:
 def measure(repository: Path, step: str, pixels: tuple[int, ...], rounds: int, on_gpu: bool) -> dict:
     session = onnx_session(repository / step / "1" / "model.onnx", on_gpu=on_gpu)
     name = session.get_inputs()[0].name
+
+    def raw(batch: np.ndarray) -> None:
+        session.run(None, {name: batch})
+
     batches = {size: np.random.default_rng(size).random((size, *pixels), dtype=np.float32) for size in SIZES}
     for size in SIZES:  # every shape seen once before timing
-        timed(lambda batch: session.run(None, {name: batch}), batches[size])
-    repeated = {
-        size: statistics.median(
-            timed(lambda batch: session.run(None, {name: batch}), batches[size]) for _ in range(rounds)
-        )
-        for size in SIZES
-    }
+        timed(raw, batches[size])
+    repeated = {size: statistics.median(timed(raw, batches[size]) for _ in range(rounds)) for size in SIZES}
     # the step as it runs in Triton: its settings (gpu_batch_sizes on a GPU instance), the sizes changing
     step_model = OnnxModel.from_settings(
         step_settings(repository, step, OnnxStepSettings), repository / step / "1", on_gpu
@@ -56,8 +55,7 @@ def measure(repository: Path, step: str, pixels: tuple[int, ...], rounds: int, o
     changing: dict[str, dict[int, list[float]]] = {"alternating_ms": {}, "as_the_step_runs_ms": {}}
     for _ in range(rounds):
         for size in SIZES:
-            raw = timed(lambda batch: session.run(None, {name: batch}), batches[size])
-            changing["alternating_ms"].setdefault(size, []).append(raw)
+            changing["alternating_ms"].setdefault(size, []).append(timed(raw, batches[size]))
             changing["as_the_step_runs_ms"].setdefault(size, []).append(timed(step_model, batches[size]))
     return {
         "providers": session.get_providers(),

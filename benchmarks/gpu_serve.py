@@ -23,8 +23,8 @@ sweep is skipped when a step that should be on the GPU is not (its figures would
 
 Every stage saves what it has so far (a later one may crash on a GPU this has never run on): <name>.json and
 <name>.md, and the end of Triton's log, in $OUT (the device tool's folder) or benchmarks/results/.
-FOOD11_COMMIT names the commit where the checkout has no .git (``abc1234+dirty``: a tree with uncommitted
-changes, which needs --allow-dirty).
+FOOD11_COMMIT names the commit, and wins over a copied tree's own .git (``abc1234+dirty``: a tree with
+uncommitted changes, which needs --allow-dirty).
 """
 
 from __future__ import annotations
@@ -328,7 +328,7 @@ def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: di
         except perf_analyzer.PerfAnalyzerFailed as exc:
             run.fail(f"perf_analyzer on {model} at concurrency {concurrency}", str(exc))
             rows.append({"model": model, "concurrency": concurrency, "error": str(exc).splitlines()[-1]})
-            if "no result in" in str(exc):  # a level that hangs: the higher ones would too
+            if isinstance(exc, perf_analyzer.PerfAnalyzerTimedOut):  # a level that hangs: the higher ones would too
                 break
         else:
             stats = counters_since(triton.grpc_url, before)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import importlib.metadata as metadata
 import os
 import shutil
@@ -68,9 +69,15 @@ def gpu() -> list[Check]:
     ]
 
 
+@functools.cache
+def loader_cache() -> str:
+    """``ldconfig -p``, read once for every library checked."""
+    return run("ldconfig", "-p")
+
+
 def loadable(name: str) -> str | None:
     """Where the dynamic loader finds ``name`` (ldconfig's cache), or None."""
-    for line in run("ldconfig", "-p").splitlines():
+    for line in loader_cache().splitlines():
         if line.strip().startswith(name + " "):
             return line.split("=>")[-1].strip()
     try:

@@ -138,6 +138,10 @@ class PerfAnalyzerFailed(RuntimeError):
     """perf_analyzer exited non-zero; the message carries the end of its output."""
 
 
+class PerfAnalyzerTimedOut(PerfAnalyzerFailed):
+    """perf_analyzer gave no result within the caller's time and was killed."""
+
+
 def measure(
     model: str,
     grpc_url: str,
@@ -183,7 +187,7 @@ def measure(
     try:
         done = subprocess.run(command(*args), env=environment(), capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
-        raise PerfAnalyzerFailed(
+        raise PerfAnalyzerTimedOut(
             f"perf_analyzer on {model} at concurrency {concurrency}: no result in {timeout_s:g} s"
         ) from exc
     if done.returncode != 0 or not csv_path.exists():
