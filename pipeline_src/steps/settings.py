@@ -157,8 +157,8 @@ class OnnxStepSettings(StepSettings):
 
 @dataclass(frozen=True)
 class ClassifierSettings(OnnxStepSettings):
-    # Its many convolutions redo their cuDNN setup on every new shape: 73-430 ms a batch on an H100 against
-    # 1.1-6.6 ms with the shape repeated (benchmarks/results/gpu_batch_shapes.json).
+    # Its many convolutions redo their cuDNN setup on every new shape: on an H100, with sizes changing every run,
+    # 97-550 ms a batch unpadded, 2.5-12 ms padded to these (benchmarks/results/gpu_batch_shapes.md).
     gpu_batch_sizes: str = "1,8,32"
 
 
