@@ -128,37 +128,37 @@ test: install browser lint
 	$(BIN)/python -m pytest
 
 bench: models perf-analyzer
-	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
 
 # The served captioner against the course's way (Hugging Face fp32 generate), exact and int8, in one run
 # (about 15 minutes here); figures in benchmarks/results/captioner_speed.md.
 bench-captioner: models-int8 perf-analyzer
-	$(BIN)/python benchmarks/captioner_speed.py $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.captioner_speed $(BENCH_ARGS)
 
 # The served pipeline on a GPU box: where each step runs, perf_analyzer, captions vs Hugging Face (docs/gpu.md).
 bench-gpu: models perf-analyzer
-	$(BIN)/python benchmarks/gpu_serve.py $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.gpu_serve $(BENCH_ARGS)
 
 # Does tritonserver survive calls given up on (raw gRPC deadlines vs food11_client)? ~5 minutes;
 # benchmarks/results/cancellation.md.
 bench-cancellation: install
-	$(BIN)/python benchmarks/cancellation.py $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.cancellation $(BENCH_ARGS)
 
 # The first request after ready against steady ones, steps' warm-up on and off, in one run (~5 minutes);
 # benchmarks/results/warm_start.md.
 bench-warm-start: models
-	$(BIN)/python benchmarks/warm_start.py $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.warm_start $(BENCH_ARGS)
 
 bench-memory: models
-	$(BIN)/python benchmarks/step_memory.py $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.step_memory $(BENCH_ARGS)
 
 soak: install
-	$(BIN)/python benchmarks/soak.py $(SOAK_ARGS)
+	$(BIN)/python -m benchmarks.soak $(SOAK_ARGS)
 
 # Offered load from 1x to 10x the measured capacity through the API, on three machines: goodput, refusals,
 # admitted-then-failed, latency, the adaptive limit and how fast it settles; benchmarks/results/overload.md.
 overload: models
-	$(BIN)/python benchmarks/overload.py $(OVERLOAD_ARGS)
+	$(BIN)/python -m benchmarks.overload $(OVERLOAD_ARGS)
 
 audit: install
 	$(BIN)/python -m pip install --quiet -e ".[audit]"
@@ -169,7 +169,7 @@ audit: install
 # PyPA's advisory-database); figures in benchmarks/results/offline_audit.md.
 audit-offline: install
 	$(BIN)/python -m pip install --quiet -e ".[audit]"
-	$(BIN)/python scripts/offline_audit.py --db $(AUDIT_DB) $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.offline_audit --db $(AUDIT_DB) $(BENCH_ARGS)
 
 clean:
 	rm -rf .triton logs build $(CLASSIFIER_ONNX) model_repository/vision_encoder/1/*.onnx \

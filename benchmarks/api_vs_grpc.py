@@ -20,12 +20,12 @@ import httpx
 import numpy as np
 import tritonclient.grpc.aio as grpcclient_aio
 
+from benchmarks.lib.load import run_load
+from benchmarks.lib.percentiles import percentiles_ms
+from benchmarks.lib.photos import base_photos
+from benchmarks.lib.results import parse_benchmark_args, portable_path, write_results
 from food11_client import AsyncFood11Client
 from pipeline_src.model_build.cli import build_repository_copy
-from pipeline_src.profiling.load import run_load
-from pipeline_src.profiling.percentiles import percentiles_ms
-from pipeline_src.profiling.photos import base_photos
-from pipeline_src.profiling.results import parse_benchmark_args, portable_path, write_results
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.serving.serve import ApiProcess
 

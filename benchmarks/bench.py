@@ -28,24 +28,24 @@ from pathlib import Path
 
 import httpx
 
-from food11_client import AsyncFood11Client
-from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling import perf_analyzer
-from pipeline_src.profiling.in_process import InProcessPipeline, best_seconds, step_settings
-from pipeline_src.profiling.load import latency_summary, run_load
-from pipeline_src.profiling.memory import MemorySampler, server_memory_mib
-from pipeline_src.profiling.perf_input import write_input_data
-from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.plots import latency_plot, step_split_plot, throughput_plot
-from pipeline_src.profiling.report import markdown_table, write_csv
-from pipeline_src.profiling.results import (
+from benchmarks.lib.in_process import InProcessPipeline, best_seconds, step_settings
+from benchmarks.lib.load import latency_summary, run_load
+from benchmarks.lib.memory import MemorySampler, server_memory_mib
+from benchmarks.lib.photos import varied_photos
+from benchmarks.lib.plots import latency_plot, step_split_plot, throughput_plot
+from benchmarks.lib.report import markdown_table, write_csv
+from benchmarks.lib.results import (
     RESULTS_DIR,
     Provenance,
     collect_provenance,
     parse_benchmark_args,
     write_results,
 )
-from pipeline_src.profiling.triton_stats import counters_since, model_counters, step_figures
+from benchmarks.lib.triton_stats import counters_since, model_counters, step_figures
+from benchmarks.profiling import perf_analyzer
+from benchmarks.profiling.perf_input import write_input_data
+from food11_client import AsyncFood11Client
+from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports, wait_for_http
 from pipeline_src.serving.serve import ApiProcess
@@ -151,7 +151,7 @@ def course_baseline(repository: Path, photos: list[bytes], args) -> list[dict]:
         [
             sys.executable,
             "-m",
-            "pipeline_src.profiling.course_server",
+            "benchmarks.lib.course_server",
             "--repository",
             str(repository),
             "--port",

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from pipeline_src.profiling.load import latency_summary
-from pipeline_src.profiling.results import parse_benchmark_args, write_results
+from benchmarks.lib.load import latency_summary
+from benchmarks.lib.results import parse_benchmark_args, write_results
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 MAX_BATCH = 8

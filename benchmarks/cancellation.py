@@ -20,10 +20,10 @@ from typing import Any
 import tritonclient.grpc.aio as grpcclient_aio
 from tritonclient.utils import InferenceServerException
 
+from benchmarks.lib.report import markdown_table
+from benchmarks.lib.results import parse_benchmark_args, write_results
 from food11_client import AsyncFood11Client, Food11Client, PipelineError
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.report import markdown_table
-from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 APPLE = (PROJECT_ROOT / "tests" / "photos" / "apple.jpg").read_bytes()

@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.lib.in_process import InProcessPipeline
+from benchmarks.lib.photos import varied_photos
+from benchmarks.lib.report import markdown_table
+from benchmarks.lib.results import parse_benchmark_args, write_results
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.in_process import InProcessPipeline
-from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.report import markdown_table
-from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.steps.precision import read_fidelity
 
 

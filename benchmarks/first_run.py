@@ -22,8 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.lib.results import parse_benchmark_args, write_results
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.serving.launcher import free_port
 
 READY_LINE = "Ctrl-C stops everything"

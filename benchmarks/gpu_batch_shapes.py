@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How an ONNX step's latency on CUDA depends on the batch shapes it is given, in-process, no Triton:
 
-    python benchmarks/gpu_batch_shapes.py [--repository model_repository]
+    python -m benchmarks.gpu_batch_shapes [--repository model_repository]
 
 For the classifier and the vision encoder, each batch size run alone many times (one shape, repeated) against
 the same sizes in turn (the shape changes every run, as Triton's dynamic batching hands them out), and the sizes
@@ -14,16 +14,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.lib.in_process import step_settings
+from benchmarks.lib.results import RESULTS_DIR, parse_benchmark_args, write_results
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.in_process import step_settings
-from pipeline_src.profiling.results import RESULTS_DIR, parse_benchmark_args, write_results
 from pipeline_src.steps.onnx_runtime import OnnxModel, onnx_session
 from pipeline_src.steps.settings import OnnxStepSettings
 

@@ -1,4 +1,4 @@
-"""The captioner's graphs on a GPU: ``python benchmarks/gpu_check.py`` on a machine with onnxruntime-gpu.
+"""The captioner's graphs on a GPU: ``python -m benchmarks.gpu_check`` on a machine with onnxruntime-gpu.
 
 Builds the base BLIP stand-in with the project's own code, exports its graphs, and measures them against
 Hugging Face fp32 ``generate`` on the CPU (the reference), on the build's check inputs: ONNX Runtime on
@@ -22,10 +22,10 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, BlipForConditionalGeneration
 
+from benchmarks.lib.report import markdown_table
+from benchmarks.lib.results import RESULTS_DIR, parse_benchmark_args, write_results
 from pipeline_src.model_build import blip_fidelity, blip_onnx
 from pipeline_src.model_build.blip_snapshot import save_standin
-from pipeline_src.profiling.report import markdown_table
-from pipeline_src.profiling.results import RESULTS_DIR, parse_benchmark_args, write_results
 from pipeline_src.steps import onnx_runtime
 from pipeline_src.steps.captioning import (
     CROSS_KV_FILE,

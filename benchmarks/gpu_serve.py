@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The served pipeline measured on a GPU: ``python benchmarks/gpu_serve.py`` on a machine with an NVIDIA GPU
+"""The served pipeline measured on a GPU: ``python -m benchmarks.gpu_serve`` on a machine with an NVIDIA GPU
 (docs/gpu.md; issue 24).
 
 1. The machine: the GPU, its driver and CUDA (nvidia-smi), ONNX Runtime and its providers, the packages.
@@ -45,11 +45,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from food11_client import CaptionResult, Food11Client
-from pipeline_src import PROJECT_ROOT
-from pipeline_src.contract import ENSEMBLE
-from pipeline_src.profiling import perf_analyzer
-from pipeline_src.profiling.gpu_serve_report import (
+from benchmarks.gpu_serve_report import (
     GPU_STEPS,
     STEPS,
     compare_captions,
@@ -61,10 +57,9 @@ from pipeline_src.profiling.gpu_serve_report import (
     reference_prompt,
     targets,
 )
-from pipeline_src.profiling.in_process import InProcessPipeline, step_settings
-from pipeline_src.profiling.perf_input import write_input_data
-from pipeline_src.profiling.photos import FRUIT_PHOTOS, TEST_PHOTOS, varied_photos
-from pipeline_src.profiling.results import (
+from benchmarks.lib.in_process import InProcessPipeline, step_settings
+from benchmarks.lib.photos import FRUIT_PHOTOS, TEST_PHOTOS, varied_photos
+from benchmarks.lib.results import (
     RESULTS_DIR,
     Provenance,
     collect_provenance,
@@ -72,7 +67,12 @@ from pipeline_src.profiling.results import (
     portable_path,
     write_results,
 )
-from pipeline_src.profiling.triton_stats import counters_since, model_counters, step_figures
+from benchmarks.lib.triton_stats import counters_since, model_counters, step_figures
+from benchmarks.profiling import perf_analyzer
+from benchmarks.profiling.perf_input import write_input_data
+from food11_client import CaptionResult, Food11Client
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.contract import ENSEMBLE
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_ports
 from pipeline_src.steps.captioning import standin_info

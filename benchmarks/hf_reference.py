@@ -2,7 +2,7 @@
 """Hugging Face fp32 ``generate``, the reference benchmarks/gpu_serve.py checks served captions against, in a
 process of its own:
 
-    python benchmarks/hf_reference.py REQUEST.json ANSWER.json
+    python -m benchmarks.hf_reference REQUEST.json ANSWER.json
 
 REQUEST: ``{"snapshot": DIR, "pixels": FILE.npy, "prompts": [[ROW, PROMPT], ...], "max_new_tokens": N,
 "repetition_penalty": X}``: the captioner's BLIP snapshot and settings, and the captioner's pixels as the

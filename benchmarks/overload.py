@@ -32,18 +32,18 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from benchmarks.lib.cpu_quota import CpuQuota
+from benchmarks.lib.load import latency_summary
+from benchmarks.lib.memory import server_memory_mib
+from benchmarks.lib.percentiles import percentile
+from benchmarks.lib.photos import varied_photos
+from benchmarks.lib.report import markdown_table
+from benchmarks.lib.results import parse_benchmark_args, write_results
+from benchmarks.lib.soak import PROBABILITY_TOLERANCE, ground_truth
 from food11_api.settings import ApiSettings
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.cli import tiny_repository
-from pipeline_src.profiling.cpu_quota import CpuQuota
-from pipeline_src.profiling.load import latency_summary
-from pipeline_src.profiling.memory import server_memory_mib
-from pipeline_src.profiling.percentiles import percentile
-from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.report import markdown_table
-from pipeline_src.profiling.results import parse_benchmark_args, write_results
-from pipeline_src.profiling.soak import PROBABILITY_TOLERANCE, ground_truth
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.serving.serve import ApiProcess
 

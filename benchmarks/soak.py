@@ -19,12 +19,12 @@ import asyncio
 import sys
 from pathlib import Path
 
+from benchmarks.lib.photos import varied_photos
+from benchmarks.lib.report import markdown_table
+from benchmarks.lib.results import parse_benchmark_args, portable_path, write_results
+from benchmarks.lib.soak import soak
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.cli import tiny_repository
-from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.report import markdown_table
-from pipeline_src.profiling.results import parse_benchmark_args, portable_path, write_results
-from pipeline_src.profiling.soak import soak
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.serving.serve import ApiProcess
 

@@ -17,12 +17,12 @@ import tempfile
 import threading
 from pathlib import Path
 
+from benchmarks.lib.memory import MemorySampler, memory_by_model_mib
+from benchmarks.lib.photos import varied_photos
+from benchmarks.lib.report import markdown_table
+from benchmarks.lib.results import parse_benchmark_args, write_results
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.memory import MemorySampler, memory_by_model_mib
-from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.report import markdown_table
-from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 

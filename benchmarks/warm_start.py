@@ -20,12 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.lib.percentiles import percentile
+from benchmarks.lib.photos import base_photos
+from benchmarks.lib.report import markdown_table
+from benchmarks.lib.results import parse_benchmark_args, write_results
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.percentiles import percentile
-from pipeline_src.profiling.photos import base_photos
-from pipeline_src.profiling.report import markdown_table
-from pipeline_src.profiling.results import parse_benchmark_args, write_results
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 # Triton warms these up from their config's model_warmup, the captioner in the step (its warm_up setting).

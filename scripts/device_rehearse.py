@@ -25,8 +25,8 @@ from pathlib import Path
 
 from device_stage import PARTS_ON_DEVICE, STAGE_DIR, device_calls
 
+from benchmarks.lib.results import collect_provenance
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.results import collect_provenance
 
 DEVICE_SCRATCH = (PARTS_ON_DEVICE, "/tmp/device_files", "/tmp/venv", "/tmp/buildsite")  # device_join.sh's
 CALL_LIMIT_S = 600

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
+from benchmarks.lib.results import collect_provenance
+from benchmarks.profiling import perf_analyzer
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling import perf_analyzer
-from pipeline_src.profiling.results import collect_provenance
 
 STAGE_DIR = PROJECT_ROOT / ".device"
 SUMS = "SHA256SUMS"  # sha256sum -c's format: "<sha256>  <group>/<file>"
@@ -334,7 +334,7 @@ def device_calls(parts: int, commit: str, dirty: bool) -> list[dict]:
             )
             steps.append(f"PYTHONUNBUFFERED=1 {join_sh} bash -o pipefail -c '{then}'")
         calls.append({"carry": [f"{STAGE_DIR.name}/part{number}"], "command": " && ".join(steps)})
-    runner = f"python benchmarks/gpu_serve.py --deadline-s {RUN_DEADLINE_S}" + (" --allow-dirty" if dirty else "")
+    runner = f"python -m benchmarks.gpu_serve --deadline-s {RUN_DEADLINE_S}" + (" --allow-dirty" if dirty else "")
     told = commit + ("+dirty" if dirty else "")
     calls.append({"carry": [], "command": f"FOOD11_COMMIT={told} PYTHONUNBUFFERED=1 {join_sh} {runner}"})
     for call in calls:

@@ -1,10 +1,12 @@
-"""Fixtures shared by both test folders; shared constants and helpers are in helpers.py.
+"""Fixtures shared by every test folder; shared constants and helpers are in helpers.py.
 
 tests/unit needs no server, no socket and no subprocess server: the pipeline's code, its configs and the
 model files a tiny build makes (the ``model_repository`` fixture below, a few seconds), so
 ``pytest tests/unit`` gives fast feedback alone. tests/integration starts the real things: one
 tritonserver for the session, the API on real sockets, a browser, ``scripts/serve.py``; their fixtures
-are in tests/integration/conftest.py. A module that mixes both kinds stays in tests/integration."""
+are in servers.py (a plugin, so that tests/benchmarks shares the same server). A module that mixes both
+kinds stays in tests/integration. tests/benchmarks tests the measurement package (benchmarks/) and the
+GPU route's staging (scripts/device_*.py), apart from the product's tests."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import pytest
 import skimage.data
 from helpers import FRUIT_PHOTOS, PHOTOS_DIR, encode
 from PIL import Image
+
+pytest_plugins = ["servers"]  # tests/servers.py: the session's tritonserver and API, for every folder
 
 
 @pytest.fixture(scope="session")

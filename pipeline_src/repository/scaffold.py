@@ -44,7 +44,7 @@ CONFIGURATION_DOC = PROJECT_ROOT / "docs" / "configuration.md"  # its "Configura
 CONFIGURATION_SECTION = "\n## Configuration\n"
 SELF_CONTAINED_SUFFIX = "_step"  # NAME_step.py: a module name unlikely to clash with an installed package
 LINE_LENGTH = 120  # ruff's, pyproject.toml: every generated line fits it
-FIRST_PARTY = ("pipeline_src", "food11_client", "food11_api")  # pyproject.toml, [tool.ruff.lint.isort]
+FIRST_PARTY = ("pipeline_src", "food11_client", "food11_api", "benchmarks")  # pyproject.toml, [tool.ruff.lint.isort]
 STDLIB = {"__future__", "collections", "dataclasses", "importlib", "math", "pathlib", "sys"}  # those used here
 
 # The element types the example computation supports: config spelling (without TYPE_) -> numpy type.

@@ -10,7 +10,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from pipeline_src.profiling.memory import server_processes
+from benchmarks.lib.memory import server_processes
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000

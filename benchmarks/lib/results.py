@@ -147,16 +147,19 @@ def portable_path(path: str | Path, root: Path = PROJECT_ROOT) -> str:
 
 
 def command_line(argv: Sequence[str] | None = None, root: Path = PROJECT_ROOT) -> str:
-    """``python benchmarks/x.py --flag value`` for ``argv`` (default ``sys.argv``), absolute paths made portable."""
+    """``python -m benchmarks.x --flag value`` for ``argv`` (default ``sys.argv``), absolute paths made portable."""
     if argv is None:  # __main__'s file is absolute, whatever the working directory has become since
         argv = [getattr(sys.modules["__main__"], "__file__", sys.argv[0]), *sys.argv[1:]]
     script = portable_path(Path(argv[0]).resolve(), root) if argv and argv[0] else ""
+    run = [script] if script else []
+    if script.endswith(".py") and (root / script).parent.joinpath("__init__.py").is_file():
+        run = ["-m", script.removesuffix(".py").replace("/", ".")]  # a module of a package runs as such
 
     def portable(argument: str) -> str:
         option, equals, value = argument.partition("=") if argument.startswith("-") else ("", "", argument)
         return option + equals + portable_path(value, root) if value.startswith("/") else argument
 
-    return shlex.join(["python", *filter(None, [script]), *map(portable, argv[1:])])
+    return shlex.join(["python", *run, *map(portable, argv[1:])])
 
 
 def collect_provenance(root: Path = PROJECT_ROOT, argv: Sequence[str] | None = None) -> Provenance:

@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from pipeline_src.profiling import perf_analyzer
-from pipeline_src.profiling.perf_input import main, write_all, write_input_data
-from pipeline_src.profiling.triton_stats import model_counters
+from benchmarks.lib.triton_stats import model_counters
+from benchmarks.profiling import perf_analyzer
+from benchmarks.profiling.perf_input import main, write_all, write_input_data
 from pipeline_src.repository.scaffold import Layout, StepSpec, Tensor, create_step
 from pipeline_src.repository.validate import validate_repository
 from pipeline_src.steps.imaging import image_tensors

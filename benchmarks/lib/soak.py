@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from benchmarks.lib.load import latency_summary
+from benchmarks.lib.memory import MemorySampler
 from food11_client import AsyncFood11Client
-from pipeline_src.profiling.load import latency_summary
-from pipeline_src.profiling.memory import MemorySampler
 
 # Batched and single ONNX Runtime runs of the same photo may differ in the last bits of a float32
 # probability; anything beyond this is a different photo's answer.

@@ -9,8 +9,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from benchmarks.lib.report import markdown_table
 from pipeline_src.contract import ENSEMBLE, CaptionStatus
-from pipeline_src.profiling.report import markdown_table
 from pipeline_src.steps.classification import build_prompt
 
 STEPS = ("preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner")

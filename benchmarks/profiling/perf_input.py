@@ -370,7 +370,7 @@ def model_feeds(repository: Path, photos: Sequence[bytes]) -> tuple[dict[str, tu
         if fed is None:
             unfed[name] = "; ".join(reasons) or (
                 "no ensemble feeds it and it is no BLS call's callee: write its input file yourself (the format: "
-                "pipeline_src/profiling/perf_input.py)"
+                "benchmarks/profiling/perf_input.py)"
             )
         else:
             feeds[name] = (model, fed)

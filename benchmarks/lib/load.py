@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 
-from pipeline_src.profiling.percentiles import percentiles_ms
+from benchmarks.lib.percentiles import percentiles_ms
 
 Call = Callable[[bytes], Awaitable[dict | None]]
 

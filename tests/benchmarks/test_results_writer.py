@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_src.profiling.memory import MemorySampler
-from pipeline_src.profiling.percentiles import percentile, percentiles_ms
-from pipeline_src.profiling.results import (
+from benchmarks.lib.memory import MemorySampler
+from benchmarks.lib.percentiles import percentile, percentiles_ms
+from benchmarks.lib.results import (
     DirtyTree,
     collect_provenance,
     command_line,
@@ -105,6 +105,9 @@ def test_without_git_the_commit_comes_from_food11_commit(tmp_path, monkeypatch):
 
 
 def test_no_absolute_path_of_the_checkout_or_outside_it_is_recorded(checkout):
+    (checkout / "benchmarks").mkdir(exist_ok=True)
+    (checkout / "benchmarks" / "__init__.py").touch()  # a package's module is recorded as run: python -m
+    assert command_line([str(checkout / "scripts" / "x.py"), "--fast"], checkout) == "python scripts/x.py --fast"
     argv = [
         str(checkout / "benchmarks" / "x.py"),
         "--repository",
@@ -114,7 +117,7 @@ def test_no_absolute_path_of_the_checkout_or_outside_it_is_recorded(checkout):
         "run",
     ]
     assert command_line(argv, checkout) == (
-        "python benchmarks/x.py --repository model_repository --python=.../venv/bin --name run"
+        "python -m benchmarks.x --repository model_repository --python=.../venv/bin --name run"
     )
     path = write_results(
         "figures",

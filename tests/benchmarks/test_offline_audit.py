@@ -1,15 +1,11 @@
-"""scripts/offline_audit.py reads OSV ranges as OSV defines them, and torch's local versions as such."""
+"""benchmarks/offline_audit.py reads OSV ranges as OSV defines them, and torch's local versions as such."""
 
-import sys
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
-from pipeline_src import PROJECT_ROOT
-
-sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
-import offline_audit
+from benchmarks import offline_audit
 
 ADVISORIES = {
     "pillow.yaml": """

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_serve.py's report (where each step runs, captions against Hugging Face, the issue's targets)
+"""benchmarks/gpu_serve.py's report (where each step runs, captions against Hugging Face, the GPU targets)
 and scripts/device_stage.py's staging for the device tool (parts within size, joined back exactly, here and by
 scripts/device_join.sh), and the first checks on the device (scripts/device_preflight.py,
 device_cuda_smoke.py), without a server or a GPU."""
@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from food11_client import CaptionResult
-from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.gpu_serve_report import (
+from benchmarks.gpu_serve_report import (
     compare_captions,
     cuda_version,
     gpu_rows,
@@ -27,10 +25,9 @@ from pipeline_src.profiling.gpu_serve_report import (
     reference_prompt,
     targets,
 )
-
-sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
-import device_preflight
-import device_stage
+from food11_client import CaptionResult
+from pipeline_src import PROJECT_ROOT
+from scripts import device_preflight, device_stage
 
 JOIN_SH = PROJECT_ROOT / "scripts" / "device_join.sh"
 

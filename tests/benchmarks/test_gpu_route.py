@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import gpu_serve
+from benchmarks.profiling import perf_analyzer
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling import perf_analyzer
-
-sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
-import gpu_serve
 
 GUARD_S = 600  # a bound on waiting for the runner, so that a broken run fails the test instead of hanging it
 
@@ -53,10 +51,12 @@ def run_until(
     """benchmarks/gpu_serve.py on the CPU, sent SIGTERM once it has printed that it starts ``stage`` (and
     ``then_exists`` exists); its results, its output and its OUT."""
     out = tmp_path / "out"
-    command = [sys.executable, str(PROJECT_ROOT / "benchmarks" / "gpu_serve.py"), "--allow-cpu", "--allow-dirty"]
+    command = [sys.executable, "-m", "benchmarks.gpu_serve", "--allow-cpu", "--allow-dirty"]
     command += ["--repository", str(model_repository), "--photos", "2", "--name", "stopped"]
     environment = dict(os.environ, OUT=str(out), PYTHONUNBUFFERED="1", **env)
-    runner = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runner = subprocess.Popen(
+        command, cwd=PROJECT_ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     assert runner.stdout is not None
     lines: list[str] = []
     try:

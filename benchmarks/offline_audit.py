@@ -1,5 +1,5 @@
 """Audit the installed and pinned packages against a local copy of an OSV advisory database, offline:
-``python scripts/offline_audit.py --db DIR`` (``make audit-offline AUDIT_DB=DIR``).
+``python -m benchmarks.offline_audit --db DIR`` (``make audit-offline AUDIT_DB=DIR``).
 
 ``make audit`` (pip-audit) needs PyPI's or OSV's web service; where neither is reachable, a checkout of an
 OSV database in YAML (such as PyPA's advisory-database, ``vulns/<package>/*.yaml``) is enough. Audited: every
@@ -27,8 +27,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from benchmarks.lib.results import parse_benchmark_args, write_results
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.profiling.results import parse_benchmark_args, write_results
 
 Advisory = dict
 

@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 
-from pipeline_src.profiling.photos import varied_photos
-from pipeline_src.profiling.soak import Expected, Outcome, check, soak
+from benchmarks.lib.photos import varied_photos
+from benchmarks.lib.soak import Expected, Outcome, check, soak
 
 pytestmark = pytest.mark.integration
 

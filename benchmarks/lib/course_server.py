@@ -2,7 +2,7 @@
 classifies and captions in-process, one request at a time, with Hugging Face BLIP fp32 `generate`. Same
 model files and step code as the pipeline, so the comparison measures the serving, not the models.
 
-``python -m pipeline_src.profiling.course_server --repository model_repository --port 8090``
+``python -m benchmarks.lib.course_server --repository model_repository --port 8090``
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI, UploadFile
 
-from pipeline_src.profiling.in_process import InProcessPipeline
+from benchmarks.lib.in_process import InProcessPipeline
 
 
 def create_app(repository: Path) -> FastAPI:

@@ -1,6 +1,7 @@
-"""Session fixtures of the integration tests: one real tritonserver serving the shared
-``model_repository`` on free ports for the whole session, clients of it, the API on real uvicorn
-sockets; on demand, a second repository built as from real weights, with its own server and API."""
+"""Session fixtures of the tests that talk to servers (tests/integration, tests/benchmarks): one real
+tritonserver serving the shared ``model_repository`` on free ports for the whole session, clients of it, the
+API on real uvicorn sockets; on demand, a second repository built as from real weights, with its own server
+and API."""
 
 from __future__ import annotations
 
