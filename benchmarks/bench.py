@@ -46,13 +46,13 @@ from benchmarks.profiling import perf_analyzer
 from benchmarks.profiling.perf_input import write_input_data
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.contract import ENSEMBLE
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports, wait_for_http
 from pipeline_src.serving.serve import ApiProcess
 from pipeline_src.steps.captioning import standin_info
 from pipeline_src.steps.settings import CaptionerSettings
 
-ENSEMBLE = "food11_pipeline"
 STEPS = ("preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner")
 
 
@@ -307,13 +307,7 @@ def markdown(name: str, result: dict) -> str:
             "perf_analyzer (latency in ms; mean batch per step from Triton's statistics)",
             [],
             [
-                "model",
-                "concurrency",
-                "throughput",
-                "p50_ms",
-                "p95_ms",
-                "p99_ms",
-                "stability_percentage",
+                *perf_analyzer.COLUMNS,
                 "preprocess_mean_batch",
                 "classifier_mean_batch",
                 "captioner_mean_batch",

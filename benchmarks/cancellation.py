@@ -24,19 +24,20 @@ from benchmarks.lib.report import markdown_table
 from benchmarks.lib.results import parse_benchmark_args, write_results
 from food11_client import AsyncFood11Client, Food11Client, PipelineError
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.contract import ENSEMBLE
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
 APPLE = (PROJECT_ROOT / "tests" / "photos" / "apple.jpg").read_bytes()
 
 
 async def raw_call(url: str, deadline_s: float | None) -> None:
-    from food11_client.client import _inputs, _outputs
+    from food11_client.wire import image_inputs, requested_outputs
 
     async with grpcclient_aio.InferenceServerClient(url) as client:
         await client.infer(
-            "food11_pipeline",
-            _inputs(grpcclient_aio, [APPLE]),
-            outputs=_outputs(grpcclient_aio, ()),
+            ENSEMBLE,
+            image_inputs(grpcclient_aio, [APPLE]),
+            outputs=requested_outputs(grpcclient_aio, ()),
             client_timeout=deadline_s,
         )
 

@@ -40,7 +40,7 @@ from benchmarks.profiling import perf_analyzer
 from benchmarks.profiling.perf_input import write_input_data
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.contract import CaptionStatus
+from pipeline_src.contract import ENSEMBLE, CaptionStatus
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_ports
@@ -48,7 +48,6 @@ from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.precision import read_fidelity
 from pipeline_src.steps.settings import LabelAndCaptionSettings
 
-ENSEMBLE = "food11_pipeline"
 INT8_STEPS = ("vision_encoder", "captioner")
 
 

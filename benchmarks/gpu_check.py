@@ -27,14 +27,9 @@ from benchmarks.lib.results import RESULTS_DIR, parse_benchmark_args, write_resu
 from pipeline_src.model_build import blip_fidelity, blip_onnx
 from pipeline_src.model_build.blip_snapshot import save_standin
 from pipeline_src.steps import onnx_runtime
-from pipeline_src.steps.captioning import (
-    CROSS_KV_FILE,
-    DECODER_SHAPE_FILE,
-    DECODER_STEP_FILE,
-    GreedyCaptioner,
-    TextDecoder,
-)
+from pipeline_src.steps.captioning import GreedyCaptioner
 from pipeline_src.steps.onnx_runtime import OnnxModel
+from pipeline_src.steps.text_decoder import CROSS_KV_FILE, DECODER_SHAPE_FILE, DECODER_STEP_FILE, TextDecoder
 
 OUT = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS_DIR
 WORK = Path("/tmp/gpucheck")

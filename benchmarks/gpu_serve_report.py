@@ -1,7 +1,7 @@
 """What benchmarks/gpu_serve.py reports, as plain functions of what it gathered: the GPU as nvidia-smi names
 it, where each step's instances run (Triton's config and log, the steps' own ONNX Runtime providers), the
 served captions against Hugging Face fp32 ``generate``, the issue's targets met or missed, and the markdown.
-No server, no GPU: tests/unit/test_gpu_serve.py runs them."""
+No server, no GPU: tests/benchmarks/test_gpu_serve.py runs them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from benchmarks.lib.report import markdown_table
+from benchmarks.profiling import perf_analyzer
 from pipeline_src.contract import ENSEMBLE, CaptionStatus
 from pipeline_src.steps.classification import build_prompt
 
@@ -217,13 +218,7 @@ def targets(rows: Sequence[Mapping], captions: Mapping[str, Mapping]) -> list[di
 # --- the markdown ---------------------------------------------------------------------------------------------
 
 PERF_COLUMNS = (
-    "model",
-    "concurrency",
-    "throughput",
-    "p50_ms",
-    "p95_ms",
-    "p99_ms",
-    "stability_percentage",
+    *perf_analyzer.COLUMNS,
     *(f"{step}_{figure}" for step in STEPS for figure in ("mean_batch", "queue_ms", "compute_ms")),
     "error",
 )

@@ -14,7 +14,7 @@ admitted then refused or timed out (a Triton queue's 503, a 504, no answer at al
 limit the API settled on (its /metrics, sampled twice a second). Then a step change, 10x -> 1x -> 10x without a
 pause, and how long the limit took to settle after each step.
 
-Figures to ``benchmarks/results/overload.{json,md}``.
+Figures to ``benchmarks/results/overload.{json,md}`` (the markdown: benchmarks/overload_report.py).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from benchmarks.lib.load import latency_summary
 from benchmarks.lib.memory import server_memory_mib
 from benchmarks.lib.percentiles import percentile
 from benchmarks.lib.photos import varied_photos
-from benchmarks.lib.report import markdown_table
 from benchmarks.lib.results import parse_benchmark_args, write_results
 from benchmarks.lib.soak import PROBABILITY_TOLERANCE, ground_truth
+from benchmarks.overload_report import markdown
 from food11_api.settings import ApiSettings
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
@@ -311,82 +311,6 @@ def measure_machine(machine: Machine, repository: Path, levels, seconds) -> dict
     return result
 
 
-def markdown(results: list[dict], settings: ApiSettings) -> str:
-    parts = [
-        "# Overload through the API on three machines\n",
-        f"The API's defaults on every machine: deadline {settings.deadline_s:g} s, latency target "
-        f"{settings.latency_target:g} of it, in-flight limit between {settings.min_in_flight} and "
-        f"{settings.max_in_flight}. Each level: evenly spaced single-photo uploads at that multiple of "
-        "capacity, each waited for on its own. Capacity: the best closed-loop throughput straight to Triton at "
-        f"concurrency {', '.join(map(str, CAPACITY_CONCURRENCIES))} whose p99 is within the deadline. "
-        "'Admitted, then failed': let in by the API, then refused by a Triton queue, out of time (504) or "
-        "never answered. Refusal times are the load generator's, which shares this machine's two cores with "
-        "the servers; 'in the API' is the API's own (its Server-Timing). "
-        "Settle: seconds until the limit stayed within +-20 % (or +-1) of where it ended.\n",
-    ]
-    columns = [
-        "offered",
-        "sent",
-        "answered",
-        "goodput / capacity",
-        "refused at the door",
-        "refusal p99 / max (ms)",
-        "of which in the API, max (ms)",
-        "Retry-After (s)",
-        "admitted, then failed",
-        "answered p50 / p99 (ms)",
-        "limit (min-max; settled)",
-        "settle (s)",
-    ]
-    for result in results:
-        rows = []
-        for row in result["levels"] + result["steps"]:
-            rows.append(
-                {
-                    "offered": f"{row['level']:g}x" if "level" in row else f"step to {row['phase']}",
-                    "sent": row["sent"],
-                    "answered": row["answered"],
-                    "goodput / capacity": row["goodput_share"],
-                    "refused at the door": row["refused"],
-                    "refusal p99 / max (ms)": "-"
-                    if row["refusal_max_ms"] is None
-                    else f"{row['refusal_p99_ms']:.1f} / {row['refusal_max_ms']:.1f}",
-                    "of which in the API, max (ms)": "-"
-                    if row["refusal_in_the_api_max_ms"] is None
-                    else f"{row['refusal_in_the_api_max_ms']:.2f}",
-                    "Retry-After (s)": ", ".join(map(str, row["retry_after_s"][:6])) or "-",
-                    "admitted, then failed": row["admitted_then_failed"],
-                    "answered p50 / p99 (ms)": "-"
-                    if row["answered_p99_ms"] is None
-                    else f"{row['answered_p50_ms']:.0f} / {row['answered_p99_ms']:.0f}",
-                    "limit (min-max; settled)": f"{row['limit_min']:g}-{row['limit_max']:g}; {row['settled_limit']:g}"
-                    if row["settled_limit"] is not None
-                    else "-",
-                    "settle (s)": "-" if row["settle_s"] is None else f"{row['settle_s']:.1f}",
-                }
-            )
-        verdicts = "; ".join(f"{name}: {'yes' if ok else '**no**'}" for name, ok in result["checks"].items())
-        loops = ", ".join(
-            f"c={run['concurrency']}: {run['throughput']:.3g}/s, p99 {run['p99_ms'] / 1000:.1f} s"
-            for run in result["closed_loops"]
-        )
-        parts.append(
-            markdown_table(
-                f"{result['machine']}: {result['description']}",
-                [
-                    f"Capacity {result['capacity_per_s']:.3g} photos/s (concurrency "
-                    f"{result['capacity_concurrency']}; closed loops: {loops}). {result['seconds']:g} s per level "
-                    "and per step.",
-                    f"Done when: {verdicts}.",
-                ],
-                columns,
-                rows,
-                level=2,
-            )
-        )
-    return "\n".join(parts)
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -424,7 +348,7 @@ def main(argv=None) -> None:
         results.append(measure_machine(machine, repository, args.levels, seconds))
     settings = ApiSettings()
     result = {"machines": results, "deadline_s": settings.deadline_s, "latency_target": settings.latency_target}
-    print(write_results(args.name, result, markdown(results, settings)).read_text())
+    print(write_results(args.name, result, markdown(results, settings, CAPACITY_CONCURRENCIES)).read_text())
 
 
 if __name__ == "__main__":

@@ -198,11 +198,6 @@ def write_sums(files_dir: Path) -> dict[str, str]:
     return sums
 
 
-def read_sums(path: Path) -> dict[str, str]:
-    pairs = (line.split(maxsplit=1) for line in path.read_text().splitlines() if line.strip())
-    return {name: sha for sha, name in pairs}
-
-
 # --- parts ----------------------------------------------------------------------------------------------------
 
 

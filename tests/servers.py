@@ -28,7 +28,7 @@ def triton(model_repository, tmp_path_factory) -> TritonServer:
         extra_args=(
             "--model-control-mode=explicit",
             "--load-model=*",
-            # Tracing stays OFF until a test turns it on (tests/integration/test_tracing.py).
+            # Tracing stays OFF until a test turns it on (tests/benchmarks/test_tracing.py).
             f"--trace-config=triton,file={work_dir / 'trace.json'}",
         ),
     )

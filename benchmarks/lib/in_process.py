@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline_src.repository.loading import parse_config
 from pipeline_src.steps.captioning import GreedyCaptioner
-from pipeline_src.steps.classification import caption_plan, predict
+from pipeline_src.steps.classification import plan_captions
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import PrecisionChoice
@@ -102,11 +102,8 @@ class InProcessPipeline:
         return np.stack([t.classifier for t in tensors]), np.stack([t.captioner for t in tensors])
 
     def prompts(self, logits: np.ndarray) -> tuple[list, list[str]]:
-        predictions = [predict(row) for row in logits]
-        plans = [
-            caption_plan(p, self.labelling.prompt_template, self.labelling.confidence_threshold) for p in predictions
-        ]
-        return predictions, [prompt for prompt, _ in plans]
+        plans = plan_captions(logits, self.labelling.prompt_template, self.labelling.confidence_threshold)
+        return plans.predictions, plans.prompts
 
     def __call__(self, photos: Sequence[bytes]) -> list[Answer]:
         classifier_pixels, captioner_pixels = self.preprocess(photos)

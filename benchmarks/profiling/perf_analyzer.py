@@ -134,6 +134,10 @@ class Measurement:
         return cls(model, int(row["Concurrency"]), float(row["Inferences/Second"]), **ms)
 
 
+# A sweep's table: each Measurement's columns, with the stability a run settled at.
+COLUMNS = ("model", "concurrency", "throughput", "p50_ms", "p95_ms", "p99_ms", "stability_percentage")
+
+
 class PerfAnalyzerFailed(RuntimeError):
     """perf_analyzer exited non-zero; the message carries the end of its output."""
 

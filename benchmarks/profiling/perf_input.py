@@ -37,8 +37,10 @@ from tritonclient.grpc import model_config_pb2
 from pipeline_src import PROJECT_ROOT, contract
 from pipeline_src.repository.loading import ModelEntry, parse_config
 from pipeline_src.repository.step_settings import stub_import_path
-from pipeline_src.steps.classification import caption_plan, predict
+from pipeline_src.steps.batching import bytes_rows
+from pipeline_src.steps.classification import plan_captions
 from pipeline_src.steps.imaging import image_tensors
+from pipeline_src.steps.label_and_caption import LOGITS, PROMPT_SENT, label_outputs
 from pipeline_src.steps.settings import (
     LabelAndCaptionSettings,
     OnnxStepSettings,
@@ -61,14 +63,6 @@ class Unfed(Exception):
     """A tensor that cannot be computed here; the message says why."""
 
 
-def bytes_element(data: bytes) -> dict:
-    return {"b64": base64.b64encode(struct.pack("<I", len(data)) + data).decode("ascii")}
-
-
-def fp32_tensor(array: np.ndarray) -> dict:
-    return {"b64": base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")}
-
-
 def tensor_content(row: np.ndarray, data_type: str) -> dict:
     """One request's tensor (a row, without the batch dimension) in perf_analyzer's encoding."""
     if data_type == STRING_TYPE:
@@ -88,11 +82,6 @@ _NUMPY_TYPES = {
     **{f"TYPE_INT{bits}": f"int{bits}" for bits in (8, 16, 32, 64)},
     **{f"TYPE_UINT{bits}": f"uint{bits}" for bits in (8, 16, 32, 64)},
 }
-
-
-def _bytes_rows(values: Sequence[str | bytes]) -> np.ndarray:
-    encoded = [value.encode("utf-8") if isinstance(value, str) else value for value in values]
-    return np.array(encoded, dtype=np.object_).reshape(-1, 1)
 
 
 class Model(ModelEntry):
@@ -150,14 +139,8 @@ def _label_and_caption_runner(model: Model, settings: StepSettings) -> Runner:
     assert isinstance(settings, LabelAndCaptionSettings)
 
     def run(inputs: Mapping[str, np.ndarray]) -> Arrays:
-        predictions = [predict(row) for row in inputs["LOGITS"]]
-        prompts = [caption_plan(p, settings.prompt_template, settings.confidence_threshold)[0] for p in predictions]
-        return {
-            "LABEL": _bytes_rows([p.label for p in predictions]),
-            "PROBABILITY": np.array([[p.probability] for p in predictions], dtype=np.float32),
-            "PROBABILITIES": np.stack([p.probabilities for p in predictions]).astype(np.float32),
-            "PROMPT": _bytes_rows(prompts),  # sent to the captioner by BLS
-        }
+        plans = plan_captions(inputs[LOGITS], settings.prompt_template, settings.confidence_threshold)
+        return {**label_outputs(plans.predictions), PROMPT_SENT.name: bytes_rows(plans.prompts)}  # sent by BLS
 
     return run
 
@@ -257,7 +240,7 @@ class Tensors:
     def value(self, source: tuple) -> np.ndarray:
         """The tensor, one row per photo."""
         if source == (PHOTOS_INPUT,):
-            return _bytes_rows(self.photos)
+            return bytes_rows(self.photos)
         model, output, inputs = source
         key = (model, inputs)
         if key not in self.results:

@@ -10,7 +10,8 @@ from prometheus_fastapi_instrumentator import Instrumentator, metrics
 
 from food11_api.admission import AdaptiveLimit
 
-# A caption takes ~0.05 s on a GPU and up to ~20 s on a loaded CPU: buckets that tell those apart.
+# A caption takes well under a second on a GPU and seconds on a loaded CPU (benchmarks/results/gpu_serve.md,
+# bench.md): buckets that tell those apart.
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60)
 
 

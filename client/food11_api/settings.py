@@ -7,21 +7,22 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from food11_client.client import RETRY_AFTER_S
+from food11_client import RETRY_AFTER_S
+from food11_client.connection import DEFAULT_MODEL, DEFAULT_URL
 
 
 class ApiSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FOOD11_API_")
 
     triton_url: str = Field(
-        "127.0.0.1:8001",
+        DEFAULT_URL,
         description="Triton's gRPC target: host:port, or dns:///host:port "
         "to reach every address a name resolves to (a Kubernetes headless Service)",
     )
     grpc_lb_policy: Literal["round_robin", "pick_first"] = Field(
         "round_robin", description="round_robin: each request to the next Triton the target resolves to"
     )
-    model_name: str = Field("food11_pipeline", description="the ensemble to call")
+    model_name: str = Field(DEFAULT_MODEL, description="the ensemble to call")
     deadline_s: float = Field(60.0, gt=0, description="per-request deadline of the Triton call, seconds")
     max_upload_bytes: int = Field(10 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     # Admission (admission.py): as many captioning requests at once as the measured rate answers within

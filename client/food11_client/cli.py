@@ -9,16 +9,15 @@ import re
 import sys
 from pathlib import Path
 
-from food11_client.client import (
-    DEFAULT_MODEL,
-    DEFAULT_URL,
+from food11_client.connection import DEFAULT_MODEL, DEFAULT_URL
+from food11_client.errors import (
     RETRY_AFTER_S,
-    Food11Client,
     InvalidImageError,
     OverloadedError,
     PipelineError,
     ServerUnavailableError,
 )
+from food11_client.sync_client import Food11Client
 
 EXIT_BAD_PHOTO, EXIT_SERVER_DOWN, EXIT_FAILED, EXIT_OVERLOADED = 1, 2, 3, 4
 

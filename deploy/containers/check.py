@@ -34,7 +34,9 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from pipeline_src.contract import ENSEMBLE
 from pipeline_src.serving.launcher import spawn
+from pipeline_src.steps.labels import FOOD11_CLASSES
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -45,11 +47,6 @@ PORTS = {8000: "Triton HTTP", 8001: "Triton gRPC", 8002: "Triton metrics", 8080:
 PHOTO = ROOT / "tests" / "photos" / "apple.jpg"
 API = "http://127.0.0.1:8080"
 TRITON_HTTP = "http://127.0.0.1:8000"
-ENSEMBLE = "food11_pipeline"
-FOOD11 = {
-    "Bread", "Dairy product", "Dessert", "Egg", "Fried food", "Meat",
-    "Noodles/Pasta", "Rice", "Seafood", "Soup", "Vegetable/Fruit",
-}  # fmt: skip
 # Debian's Compose v2: bookworm ships only Compose v1 (1.29, which does not read `!reset`); trixie's package is
 # Compose 2.x, a Go program whose one dependency (libc6 >= 2.34) bookworm meets.
 COMPOSE_SUITE = "trixie"
@@ -311,7 +308,7 @@ def caption_through_the_api() -> None:
     except urllib.error.HTTPError as error:
         raise CheckFailed(f"POST /caption answered {error.code}: {error.read()[:2000]!r}") from None
     problems = []
-    if answer.get("label") not in FOOD11:
+    if answer.get("label") not in FOOD11_CLASSES:
         problems.append(f"label {answer.get('label')!r} is not a Food-11 class")
     if not 0.0 <= float(answer.get("probability", -1)) <= 1.0:
         problems.append(f"probability {answer.get('probability')!r}")
@@ -380,6 +377,13 @@ def check_containers(env) -> None:
     if run(["docker", "exec", triton["Id"], "python3", "-c", absent], check=False).returncode != 0:
         raise CheckFailed("the Triton image holds tritonclient (NVIDIA's image has none: the steps must not need it)")
     passed("the Triton image holds no tritonclient; its steps loaded without it")
+
+    # The images carry the product alone: the measurement package stays in the checkout.
+    measurement = "import importlib.util as u, sys; sys.exit(u.find_spec('benchmarks') is not None)"
+    for name, python, container in (("Triton", "python3", triton), ("API", "python", api)):
+        if run(["docker", "exec", container["Id"], python, "-c", measurement], check=False).returncode != 0:
+            raise CheckFailed(f"the {name} image holds the benchmarks package: the images carry the product alone")
+    passed("neither image holds the benchmarks package")
 
 
 def health_report(env) -> None:

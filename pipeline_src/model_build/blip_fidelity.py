@@ -19,9 +19,10 @@ from PIL import Image, ImageOps
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
-from pipeline_src.steps.captioning import TOKENIZER_FILE, GreedyCaptioner, TextDecoder
+from pipeline_src.steps.captioning import TOKENIZER_FILE, GreedyCaptioner
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.onnx_runtime import OnnxModel
+from pipeline_src.steps.text_decoder import TextDecoder
 
 CHECK_PHOTOS = PROJECT_ROOT / "tests" / "photos"
 CHECK_PROMPTS = ("a photo of vegetable/fruit,", "", "a photo of bread,", "a photo of noodles/pasta,")

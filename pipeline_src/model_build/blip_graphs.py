@@ -18,20 +18,19 @@ import tokenizers
 
 from pipeline_src.model_build import blip_fidelity, blip_onnx
 from pipeline_src.model_build.int8_weights import quantize_weights_int8
-from pipeline_src.steps.captioning import (
-    CACHE_LAYOUT,
-    CROSS_KV_FILE,
-    DECODER_SHAPE_FILE,
-    DECODER_STEP_FILE,
-    TOKENIZER_FILE,
-    TextDecoder,
-    blip_prompt_ids,
-)
+from pipeline_src.steps.captioning import TOKENIZER_FILE, blip_prompt_ids
 from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.labels import FOOD11_CLASSES
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import FIDELITY_FILE, precision_file, read_fidelity
 from pipeline_src.steps.settings import LabelAndCaptionSettings
+from pipeline_src.steps.text_decoder import (
+    CACHE_LAYOUT,
+    CROSS_KV_FILE,
+    DECODER_SHAPE_FILE,
+    DECODER_STEP_FILE,
+    TextDecoder,
+)
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from torch import nn
 from transformers import BlipForConditionalGeneration, BlipTextConfig, BlipVisionConfig
 
 # Where and under which names the captioner reads them.
-from pipeline_src.steps.captioning import CACHE_LAYOUT, CROSS_KV_FILE, DECODER_STEP_FILE, IMAGE_EMBEDS, cache_names
+from pipeline_src.steps.text_decoder import CACHE_LAYOUT, CROSS_KV_FILE, DECODER_STEP_FILE, IMAGE_EMBEDS, cache_names
 
 OPSET = 17
 

@@ -13,6 +13,12 @@ import numpy as np
 Arrays = Mapping[str, np.ndarray]
 
 
+def bytes_rows(values: Sequence[str | bytes]) -> np.ndarray:
+    """n strings (UTF-8 encoded here) or bytes as the rows of a BYTES tensor, shape [n, 1]."""
+    encoded = [value.encode("utf-8") if isinstance(value, str) else value for value in values]
+    return np.array(encoded, dtype=np.object_).reshape(-1, 1)
+
+
 class BatchContractError(RuntimeError):
     """A step's compute broke its contract: outputs other than those declared, or other row counts."""
 

@@ -55,3 +55,21 @@ def caption_plan(prediction: Prediction, template: str, threshold: float) -> tup
     if prediction.probability < threshold:
         return "", CaptionStatus.LOW_CONFIDENCE.value
     return build_prompt(template, prediction.label), CaptionStatus.OK.value
+
+
+@dataclass(frozen=True)
+class CaptionPlans:
+    """A batch's predictions, each row's prompt to caption with and the status its caption gets if it comes."""
+
+    predictions: list[Prediction]
+    prompts: list[str]
+    statuses: list[str]
+
+
+def plan_captions(logits: np.ndarray, template: str, threshold: float) -> CaptionPlans:
+    """``predict`` each row of ``logits [n, classes]``, then ``caption_plan`` it: what label_and_caption does
+    before calling the captioner (the step itself, the in-process pipeline and the benchmarks' input data).
+    ValueError names the first unusable row's problem."""
+    predictions = [predict(row) for row in logits]
+    plans = [caption_plan(prediction, template, threshold) for prediction in predictions]
+    return CaptionPlans(predictions, [prompt for prompt, _ in plans], [status for _, status in plans])

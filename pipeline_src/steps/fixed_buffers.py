@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from pipeline_src.steps.captioning import IMAGE_EMBEDS, DecoderState, TextDecoder, attention_bias
+from pipeline_src.steps.text_decoder import IMAGE_EMBEDS, DecoderState, TextDecoder, attention_bias
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pipeline_src.steps.batching import compute_stacked
+from pipeline_src.steps.batching import bytes_rows, compute_stacked
 
 
 class StepContext:
@@ -44,11 +44,6 @@ class StepContext:
 
 def input_array(request, name: str):
     return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-
-
-def bytes_rows(values: list[str]) -> np.ndarray:
-    """n strings as the rows of a BYTES tensor, shape [n, 1]."""
-    return np.array([value.encode("utf-8") for value in values], dtype=np.object_).reshape(-1, 1)
 
 
 def bytes_tensor(name: str, values: list[str]) -> pb_utils.Tensor:

@@ -54,7 +54,7 @@ def test_one_traced_request_shows_every_step_with_the_captioner_under_the_bls_st
         step.model_name for step in parse_config(model_repository / ENSEMBLE / "config.pbtxt").ensemble_scheduling.step
     ]
     trace_file = Path("".join(_settings(triton_grpc)["trace_file"]))
-    assert trace_file.name, "tritonserver needs --trace-config triton,file=<path> (tests/integration/conftest.py)"
+    assert trace_file.name, "tritonserver needs --trace-config triton,file=<path> (tests/servers.py)"
     assert _settings(triton_grpc, ENSEMBLE)["trace_level"] == ["OFF"]
     known = set(trace_file.parent.glob(f"{trace_file.name}.*"))
     request_id = f"trace-test-{uuid.uuid4().hex}"

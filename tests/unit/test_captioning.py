@@ -18,10 +18,11 @@ from pipeline_src.model_build.blip_fidelity import check_pixels
 from pipeline_src.model_build.blip_graphs import GraphPaths
 from pipeline_src.model_build.blip_snapshot import STANDIN_SIZES, standin_config, standin_processor
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
-from pipeline_src.steps.captioning import GreedyCaptioner, TextDecoder, penalise_repetition, standin_info
+from pipeline_src.steps.captioning import GreedyCaptioner, penalise_repetition, standin_info
 from pipeline_src.steps.fixed_buffers import FixedBufferDecoder
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import choose_precision
+from pipeline_src.steps.text_decoder import TextDecoder
 
 PROMPTS = ["a photo of noodles/pasta,", "", "a photo of bread,"]
 

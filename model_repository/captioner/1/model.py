@@ -1,9 +1,10 @@
 """Step 4, BLIP captioning: the image embeddings of all requests of an execute decoded together, greedy,
 on ONNX Runtime with a KV cache; each request's caption as it would be alone."""
 
+from pipeline_src.steps.batching import bytes_rows
 from pipeline_src.steps.captioning import GreedyCaptioner, standin_info
 from pipeline_src.steps.settings import CaptionerSettings
-from pipeline_src.steps.triton_step import StepContext, answer_stacked, bytes_rows
+from pipeline_src.steps.triton_step import StepContext, answer_stacked
 
 
 class TritonPythonModel:

@@ -1,0 +1,86 @@
+"""What benchmarks/overload.py reports, as plain functions of what it gathered: each machine's levels and steps
+as a markdown table, under the API's defaults and the machine's capacity. No server: pure formatting."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from benchmarks.lib.report import markdown_table
+from food11_api.settings import ApiSettings
+
+COLUMNS = [
+    "offered",
+    "sent",
+    "answered",
+    "goodput / capacity",
+    "refused at the door",
+    "refusal p99 / max (ms)",
+    "of which in the API, max (ms)",
+    "Retry-After (s)",
+    "admitted, then failed",
+    "answered p50 / p99 (ms)",
+    "limit (min-max; settled)",
+    "settle (s)",
+]
+
+
+def table_row(row: dict) -> dict:
+    """One level's or step's figures as the table's cells ("-" where there were none)."""
+    return {
+        "offered": f"{row['level']:g}x" if "level" in row else f"step to {row['phase']}",
+        "sent": row["sent"],
+        "answered": row["answered"],
+        "goodput / capacity": row["goodput_share"],
+        "refused at the door": row["refused"],
+        "refusal p99 / max (ms)": "-"
+        if row["refusal_max_ms"] is None
+        else f"{row['refusal_p99_ms']:.1f} / {row['refusal_max_ms']:.1f}",
+        "of which in the API, max (ms)": "-"
+        if row["refusal_in_the_api_max_ms"] is None
+        else f"{row['refusal_in_the_api_max_ms']:.2f}",
+        "Retry-After (s)": ", ".join(map(str, row["retry_after_s"][:6])) or "-",
+        "admitted, then failed": row["admitted_then_failed"],
+        "answered p50 / p99 (ms)": "-"
+        if row["answered_p99_ms"] is None
+        else f"{row['answered_p50_ms']:.0f} / {row['answered_p99_ms']:.0f}",
+        "limit (min-max; settled)": f"{row['limit_min']:g}-{row['limit_max']:g}; {row['settled_limit']:g}"
+        if row["settled_limit"] is not None
+        else "-",
+        "settle (s)": "-" if row["settle_s"] is None else f"{row['settle_s']:.1f}",
+    }
+
+
+def machine_table(result: dict) -> str:
+    verdicts = "; ".join(f"{name}: {'yes' if ok else '**no**'}" for name, ok in result["checks"].items())
+    loops = ", ".join(
+        f"c={run['concurrency']}: {run['throughput']:.3g}/s, p99 {run['p99_ms'] / 1000:.1f} s"
+        for run in result["closed_loops"]
+    )
+    return markdown_table(
+        f"{result['machine']}: {result['description']}",
+        [
+            f"Capacity {result['capacity_per_s']:.3g} photos/s (concurrency "
+            f"{result['capacity_concurrency']}; closed loops: {loops}). {result['seconds']:g} s per level "
+            "and per step.",
+            f"Done when: {verdicts}.",
+        ],
+        COLUMNS,
+        [table_row(row) for row in result["levels"] + result["steps"]],
+        level=2,
+    )
+
+
+def markdown(results: list[dict], settings: ApiSettings, capacity_concurrencies: Sequence[int]) -> str:
+    intro = (
+        "# Overload through the API on three machines\n",
+        f"The API's defaults on every machine: deadline {settings.deadline_s:g} s, latency target "
+        f"{settings.latency_target:g} of it, in-flight limit between {settings.min_in_flight} and "
+        f"{settings.max_in_flight}. Each level: evenly spaced single-photo uploads at that multiple of "
+        "capacity, each waited for on its own. Capacity: the best closed-loop throughput straight to Triton at "
+        f"concurrency {', '.join(map(str, capacity_concurrencies))} whose p99 is within the deadline. "
+        "'Admitted, then failed': let in by the API, then refused by a Triton queue, out of time (504) or "
+        "never answered. Refusal times are the load generator's, which shares this machine's two cores with "
+        "the servers; 'in the API' is the API's own (its Server-Timing). "
+        "Settle: seconds until the limit stayed within +-20 % (or +-1) of where it ended.\n",
+    )
+    return "\n".join([*intro, *(machine_table(result) for result in results)])

@@ -1,0 +1,50 @@
+"""What a caption call answers: one ``CaptionResult`` per photo, the models that served it, and the outputs
+the ensemble declares beyond the core contract."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model whose weights took part in an answer, as its build's manifest describes it."""
+
+    model: str
+    version: str
+    kind: str  # "real", "stand-in" or "unknown" (files not built by scripts/build_models.py)
+    sha256: str  # the first 16 hex digits of the manifest's hash: tells builds apart
+    source: str  # where the weights came from
+    warning: str = ""  # a stand-in's, in plain words
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """An output the ensemble declares beyond the core contract (a step someone added), as Triton's model
+    metadata describes it."""
+
+    name: str
+    datatype: str  # Triton's: BYTES, FP32, INT64, BOOL, ...
+    shape: tuple[int, ...]  # one row's, without the batch dimension; -1: any size
+
+
+@dataclass(frozen=True)
+class CaptionResult:
+    label: str
+    probability: float
+    caption: str
+    caption_status: str  # "ok", "low_confidence", "captioner_timeout: ...", "captioner_error: ..."
+    models: tuple[ServedModel, ...] = ()
+    # Every output the ensemble declares beyond the core contract, by name: this photo's row as JSON values
+    # (a one-element row as its value, others as lists; BYTES as text). Empty for the shipped ensemble.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What a user must know about this answer (a stand-in's words), each once."""
+        return list(dict.fromkeys(model.warning for model in self.models if model.warning))
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "models": [asdict(model) for model in self.models], "warnings": self.warnings}

@@ -1,0 +1,27 @@
+"""Add a new Python step to the model repository: ``food11-new-step NAME`` (``python -m`` this package too).
+
+One job a module: ``spec`` says what the step is and where its files go, ``render`` writes their text from
+``templates/*.tmpl``, ``files`` plans and writes them, ``wiring`` says what to do next (with the ensemble
+tensors its inputs can take), ``cli`` is the command line, whose ``--help`` describes the whole tool.
+"""
+
+from pipeline_src.repository.scaffold.cli import DEFAULT_REPOSITORY, DEFAULT_TESTS_DIR, main
+from pipeline_src.repository.scaffold.files import create_step, plan_files, with_configuration_rows
+from pipeline_src.repository.scaffold.spec import Layout, ScaffoldError, StepSpec, Tensor, parse_dims
+from pipeline_src.repository.scaffold.wiring import ensemble_tensors, next_steps
+
+__all__ = [
+    "DEFAULT_REPOSITORY",
+    "DEFAULT_TESTS_DIR",
+    "Layout",
+    "ScaffoldError",
+    "StepSpec",
+    "Tensor",
+    "create_step",
+    "ensemble_tensors",
+    "main",
+    "next_steps",
+    "parse_dims",
+    "plan_files",
+    "with_configuration_rows",
+]

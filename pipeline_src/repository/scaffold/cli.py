@@ -1,0 +1,158 @@
+"""The command line ``food11-new-step NAME``: its arguments, the step and layout they ask for, and the run
+that creates the step and prints what to do next (``--help`` says it all)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.repository.scaffold.files import create_step
+from pipeline_src.repository.scaffold.spec import (
+    DEFAULT_PACKAGE,
+    NUMERIC_TYPES,
+    Layout,
+    ScaffoldError,
+    StepSpec,
+    Tensor,
+    parse_dims,
+)
+from pipeline_src.repository.scaffold.wiring import next_steps
+
+DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
+DEFAULT_TESTS_DIR = PROJECT_ROOT / "tests" / "unit"  # the step's test needs no server
+CONFIGURATION_DOC = PROJECT_ROOT / "docs" / "configuration.md"  # its "Configuration" table: a row per setting
+
+DESCRIPTION = """\
+Add a new Python step to the model repository: ``food11-new-step NAME``.
+
+Creates a step that loads and answers as created: its ``config.pbtxt`` (tensors, typed parameters, the
+``settings`` parameter naming its settings class), a thin ``1/model.py`` on the shared step helpers, its
+logic module with the ``StepSettings`` subclass, its ``INPUTS`` and ``OUTPUTS`` and ``compute`` (which
+returns a dict, one array per output), a unit test, and a row per setting in docs/configuration.md. It
+takes any number of inputs and outputs, each ``NAME:TYPE:DIMS`` (e.g. ``--input PIXELS:FP32:3,384,384
+--output BRIGHTNESS:FP32:1 --output SHARPNESS:FP32:1``). The example computation (each output row is the
+mean of the row's inputs times ``scale``) is there to be replaced; it shows the patterns every step needs
+(requests stacked into one run and split back, a bad request failing alone with an error naming the step).
+Every file it writes passes ``make lint`` as written.
+
+Where the logic module goes:
+  default           ``pipeline_src/steps/NAME.py``, module ``pipeline_src.steps.NAME``
+  --source-dir/--package   another importable package of yours
+  --self-contained  ``<repository>/NAME/NAME_step.py``, top-level module ``NAME_step``: the step lives entirely
+                    in the repository. The Python backend's stub appends the model's folder (and its version
+                    folder) to ``sys.path`` before importing ``1/model.py`` (python_backend r24.10,
+                    src/pb_stub.cc), so the server imports it; it ignores PYTHONPATH, so nothing else would.
+"""
+
+
+def _dims(text: str) -> tuple[int, ...]:
+    try:
+        return parse_dims(text)
+    except ScaffoldError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="food11-new-step", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("name", help="the step's name: a Python identifier, new to the repository (e.g. top_labels)")
+    parser.add_argument(
+        "--repository",
+        type=Path,
+        default=DEFAULT_REPOSITORY,
+        help="the model repository (default: %(default)s)",
+    )
+    place = parser.add_mutually_exclusive_group()
+    place.add_argument(
+        "--source-dir", type=Path, help=f"the directory of --package, for the logic module (default: {DEFAULT_PACKAGE})"
+    )
+    place.add_argument(
+        "--self-contained",
+        action="store_true",
+        help="put the logic module in the model's folder (<repository>/NAME/NAME_step.py)",
+    )
+    parser.add_argument("--package", help=f"the dotted package of --source-dir (default: {DEFAULT_PACKAGE})")
+    parser.add_argument(
+        "--tests-dir", type=Path, default=DEFAULT_TESTS_DIR, help="where the unit test goes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--input",
+        dest="inputs",
+        action="append",
+        metavar="NAME[:TYPE[:DIMS]]",
+        help="an input tensor, e.g. PIXELS:FP32:3,384,384; repeat it for several (default: INPUT); "
+        "TYPE and DIMS left out are --data-type and --dims",
+    )
+    parser.add_argument(
+        "--output",
+        dest="outputs",
+        action="append",
+        metavar="NAME[:TYPE[:DIMS]]",
+        help="an output tensor, e.g. BRIGHTNESS:FP32:1; repeat it for several (default: OUTPUT)",
+    )
+    parser.add_argument(
+        "--data-type",
+        default="FP32",
+        type=str.upper,
+        choices=list(NUMERIC_TYPES),
+        help="element type of a tensor that does not say its own (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--dims",
+        type=_dims,
+        default=(4,),
+        help="one row's shape, without the batch dimension, of a tensor that does not say its own, "
+        "e.g. 4 or 3,-1 (default: 4)",
+    )
+    parser.add_argument("--max-batch-size", type=int, default=StepSpec.max_batch_size, help="(default: %(default)s)")
+    parser.add_argument(
+        "--instances",
+        type=int,
+        default=StepSpec.instances,
+        help="CPU instances, each its own process (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-docs",
+        action="store_true",
+        help="leave docs/configuration.md alone (by default a step of this project's repository gets its "
+        "settings' rows there)",
+    )
+    args = parser.parse_args(argv)
+    if (args.source_dir is None) != (args.package is None):
+        parser.error("--source-dir and --package go together")
+    return args
+
+
+def spec_from_args(args: argparse.Namespace) -> StepSpec:
+    def tensors(texts: list[str] | None, default: str) -> tuple[Tensor, ...]:
+        return tuple(Tensor.parse(text, args.data_type, args.dims) for text in (texts or [default]))
+
+    return StepSpec(
+        args.name, tensors(args.inputs, "INPUT"), tensors(args.outputs, "OUTPUT"), args.max_batch_size, args.instances
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    documented = not args.no_docs and args.repository.resolve() == DEFAULT_REPOSITORY.resolve()
+    doc = CONFIGURATION_DOC if documented else None
+    if args.self_contained:
+        layout = Layout(args.repository, args.tests_dir, configuration_doc=doc)
+    else:
+        layout = Layout(
+            args.repository,
+            args.tests_dir,
+            args.source_dir or PROJECT_ROOT / "pipeline_src" / "steps",
+            args.package or DEFAULT_PACKAGE,
+            configuration_doc=doc,
+        )
+    try:
+        spec = spec_from_args(args)
+        created = create_step(spec, layout)
+    except ScaffoldError as exc:
+        print(f"food11-new-step: {exc}", file=sys.stderr)
+        sys.exit(2)
+    print(next_steps(spec, layout, created))

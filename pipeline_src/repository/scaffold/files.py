@@ -1,0 +1,89 @@
+"""A new step's files: which they are and their text (``plan_files``, which writes nothing), then their writing
+(``create_step``), refused as a whole when any would overwrite something. docs/configuration.md, when the layout
+names it, gets a row per setting of the new step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from pipeline_src.repository.scaffold.render import LINE_LENGTH, render, template_values
+from pipeline_src.repository.scaffold.spec import Layout, ScaffoldError, StepSpec
+
+CONFIGURATION_SECTION = "\n## Configuration\n"  # the docs page's table a row per setting goes into
+
+
+def _configuration_rows(spec: StepSpec) -> list[str]:
+    """The rows docs/configuration.md's "Configuration" table gets for the new step's settings."""
+    return [
+        f"| {spec.name} | `scale` | 2.0 | the example computation's factor (food11-new-step's: replace it with "
+        f"your settings, and this row with theirs) |"
+    ]
+
+
+def with_configuration_rows(text: str, rows: Sequence[str]) -> str | None:
+    """``text`` (docs/configuration.md) with ``rows`` appended to its "Configuration" table; None when it has
+    no such table."""
+    head, found, section = text.partition(CONFIGURATION_SECTION)
+    if not found:
+        return None
+    lines = section.split("\n")
+    table = [index for index, line in enumerate(lines) if line.startswith("| ")]
+    if not table:
+        return None
+    last = table[0]
+    while last + 1 < len(lines) and lines[last + 1].startswith("| "):  # the first table, to its last row
+        last += 1
+    return head + found + "\n".join([*lines[: last + 1], *rows, *lines[last + 1 :]])
+
+
+def plan_files(spec: StepSpec, layout: Layout) -> dict[Path, str]:
+    """Every file of the new step and its text (docs/configuration.md too, when the layout names it);
+    writes nothing."""
+    spec.check()
+    values = template_values(spec, layout)
+    model_dir = layout.model_dir(spec.name)
+    files = {
+        model_dir / "config.pbtxt": render("config.pbtxt.tmpl", values),
+        model_dir / "1" / "model.py": render("model.py.tmpl", values),
+        layout.logic_file(spec.name): render("logic.py.tmpl", values),
+        layout.test_file(spec.name): render("test_step.py.tmpl", values),
+    }
+    for path, text in files.items():
+        long = [number for number, line in enumerate(text.splitlines(), 1) if len(line) > LINE_LENGTH]
+        if path.suffix == ".py" and long:
+            raise ScaffoldError(
+                f"{path.name} would have line(s) {long} longer than {LINE_LENGTH} characters: shorten the names"
+            )
+    text_format.Parse(files[model_dir / "config.pbtxt"], model_config_pb2.ModelConfig())  # raises on a bad name
+    doc = layout.configuration_doc
+    if doc is not None and doc.is_file():
+        updated = with_configuration_rows(doc.read_text(encoding="utf-8"), _configuration_rows(spec))
+        if updated is not None:
+            files[doc] = updated
+    return files
+
+
+def create_step(spec: StepSpec, layout: Layout) -> list[Path]:
+    """Write the new step's files; refuses (ScaffoldError, nothing written) a bad name or one that exists."""
+    files = plan_files(spec, layout)
+    model_dir = layout.model_dir(spec.name)
+    if model_dir.exists():
+        raise ScaffoldError(f"model {spec.name!r} exists already: {model_dir}")
+    taken = [path for path in files if path.exists() and path != layout.configuration_doc]
+    if taken:
+        raise ScaffoldError(f"step {spec.name!r}: {', '.join(map(str, taken))} exist(s) already")
+    if layout.source_dir is not None and not (layout.source_dir / "__init__.py").is_file():
+        raise ScaffoldError(
+            f"{layout.source_dir} is not a package directory (no __init__.py), so "
+            f"{layout.module(spec.name)} would not import"
+        )
+    if not layout.repository.is_dir():
+        raise ScaffoldError(f"no model repository at {layout.repository}")
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return list(files)

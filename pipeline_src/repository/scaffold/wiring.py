@@ -1,0 +1,99 @@
+"""What to do once a step is created (``next_steps``, which ``food11-new-step`` prints), with a hint for wiring
+it into an ensemble: the tensors of the repository's ensembles each of its inputs can take (``ensemble_tensors``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from pipeline_src.repository.loading import parse_config
+from pipeline_src.repository.scaffold.spec import Layout, StepSpec, dims_text
+
+
+def _tensor_type(tensor) -> str:
+    return f"{model_config_pb2.DataType.Name(tensor.data_type)} {dims_text(list(tensor.dims))}"
+
+
+def ensemble_tensors(repository: Path) -> list[tuple[str, str, str, str]]:
+    """Every tensor a step produces inside an ensemble of ``repository``: (ensemble, tensor, producer, its
+    type and dims as ``TYPE_FP32 [3, 384, 384]``); what a new step's input can be wired to."""
+    configs = {}
+    for path in sorted(repository.glob("*/config.pbtxt")):
+        try:
+            configs[path.parent.name] = parse_config(path)
+        except (text_format.ParseError, OSError, UnicodeDecodeError):
+            continue  # food11-validate reports it
+    found = []
+    for ensemble, config in configs.items():
+        if config.platform != "ensemble":
+            continue
+        for tensor in config.input:
+            found.append((ensemble, tensor.name, "the ensemble's input", _tensor_type(tensor)))
+        for step in config.ensemble_scheduling.step:
+            producer = configs.get(step.model_name)
+            outputs = {tensor.name: tensor for tensor in producer.output} if producer else {}
+            for key, value in step.output_map.items():
+                if key in outputs:
+                    found.append((ensemble, value, f"{step.model_name}'s {key}", _tensor_type(outputs[key])))
+    return found
+
+
+def _wiring_hint(spec: StepSpec, layout: Layout) -> list[str]:
+    available = ensemble_tensors(layout.repository)
+    lines = [
+        f'     model_name: "{spec.name}"',
+        "     model_version: -1",
+    ]
+    for tensor in spec.inputs:
+        wanted = f"{tensor.config_type} {dims_text(tensor.dims)}"
+        matches = [f"{value} ({ensemble}: {source})" for ensemble, value, source, kind in available if kind == wanted]
+        lines.append(f'     input_map {{ key: "{tensor.name}", value: "<an ensemble tensor of {wanted}>" }}')
+        if matches:
+            lines.append(f"       # {wanted} in this repository: {', '.join(matches)}")
+    lines += [f'     output_map {{ key: "{tensor.name}", value: "{tensor.name}" }}' for tensor in spec.outputs]
+    return lines
+
+
+def next_steps(spec: StepSpec, layout: Layout, created: list[Path]) -> str:
+    """What ``food11-new-step`` prints: the files, then what to do with them."""
+
+    def shown(path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to(Path.cwd().resolve()))
+        except ValueError:
+            return str(path)
+
+    logic, test = shown(layout.logic_file(spec.name)), shown(layout.test_file(spec.name))
+    config = shown(layout.model_dir(spec.name) / "config.pbtxt")
+    inputs = ", ".join(tensor.describe() for tensor in spec.inputs)
+    outputs = ", ".join(tensor.describe() for tensor in spec.outputs)
+    lines = [f"Created the step '{spec.name}' ({inputs} -> {outputs}):"]
+    lines += [f"  {shown(path)}" for path in created]
+    doc = layout.configuration_doc
+    if doc is not None and doc in created:
+        settings_docs = f"its row in {shown(doc)} (added for 'scale'; tests/unit/test_settings_drift.py checks it)"
+    else:
+        settings_docs = "a row per setting in docs/configuration.md, if this repository's tests check that table"
+    lines += [
+        "Next:",
+        f"  1. Put your logic in {logic}: compute(batch, settings) gets every request's rows stacked, one array",
+        "     per input, and returns a dict, one array per output with one row per input row (exactly OUTPUTS:",
+        "     the server refuses anything else); find_problem refuses a request alone.",
+        f"     Every tunable goes in {spec.settings_class}, the parameters of {config} and",
+        f"     {settings_docs}.",
+        f"  2. Test the logic:     .venv/bin/python -m pytest {test} -q   (and: make lint)",
+        "  3. Wire it into an ensemble (docs/EXTENDING.md, 'Wiring it into an ensemble'): in its",
+        "     ensemble_scheduling, a step",
+        *_wiring_hint(spec, layout),
+        "     and, for a caller to read them, its outputs in the ensemble's output list.",
+        f"  4. Validate:           .venv/bin/food11-validate {shown(layout.repository)}",
+        f"  5. Serve and call it:  make serve, then infer on model '{spec.name}' or your ensemble.",
+        f"  6. Profile it:         .venv/bin/python scripts/perf_input.py   (writes build/perf_input/{spec.name}.json",
+        "     from the ensemble's wiring once an ensemble feeds it, or says why not), then",
+        f"     .venv/bin/food11-perf-analyzer -m {spec.name} -u 127.0.0.1:8001 -i grpc "
+        f"--input-data build/perf_input/{spec.name}.json",
+        "     (docs/EXTENDING.md, 'Profiling a step').",
+    ]
+    return "\n".join(lines)

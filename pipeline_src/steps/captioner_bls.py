@@ -1,0 +1,42 @@
+"""label_and_caption's call to the captioner by BLS, made for one of its requests: the ``CaptionerCall`` that
+``pipeline_src.steps.label_and_caption`` is handed. Imported only inside Triton (``triton_python_backend_utils``).
+"""
+
+from __future__ import annotations
+
+import triton_python_backend_utils as pb_utils
+
+from pipeline_src.steps.label_and_caption import (
+    CAPTION_READ,
+    CAPTIONER_CALL,
+    EMBEDS_SENT,
+    PROMPT_SENT,
+    CaptionerCall,
+    CaptionerFailed,
+)
+from pipeline_src.steps.settings import LabelAndCaptionSettings
+from pipeline_src.steps.triton_step import bytes_tensor
+
+
+def captioner_for(caller, settings: LabelAndCaptionSettings) -> CaptionerCall:
+    """The captioner call for the request ``caller``: its images, with the prompts it is given. The call carries
+    the caller's trace (a traced request's trace shows the captioner as its child) and its timeout (the time its
+    caller has left: the captioner's queue refuses it past that)."""
+
+    async def caption(prompts: list[str]):
+        request = pb_utils.InferenceRequest(
+            model_name=CAPTIONER_CALL.callee(settings),
+            inputs=[
+                pb_utils.get_input_tensor_by_name(caller, EMBEDS_SENT.name),
+                bytes_tensor(PROMPT_SENT.name, prompts),
+            ],
+            requested_output_names=CAPTIONER_CALL.output_names,
+            trace=caller.trace(),
+            timeout=caller.timeout(),
+        )
+        response = await request.async_exec()
+        if response.has_error():
+            raise CaptionerFailed(response.error().message())
+        return pb_utils.get_output_tensor_by_name(response, CAPTION_READ.name).as_numpy().reshape(-1)
+
+    return caption

@@ -1,0 +1,181 @@
+"""BLIP's text decoder on ONNX Runtime, one step at a time with a KV cache: what the captioner's greedy
+loop (``pipeline_src.steps.captioning``) runs, for the images of many requests together.
+
+The graphs are those of ``pipeline_src.model_build.blip_onnx``: the cross-attention keys and values are
+computed once per image, then one decoder step per token reads them and the self-attention cache, which
+has a slot for every token a row may hold (prompt and fed-back tokens), allocated once per batch.
+Prompts of different lengths are left-padded; each row keeps its own positions (0 at its first real
+token) and a bias that hides the padding and the slots not yet written, so neither changes anything in
+what a row attends to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from pipeline_src.steps.onnx_runtime import onnx_session
+from pipeline_src.steps.precision import precision_file
+
+DECODER_SHAPE_FILE = "decoder.json"  # the text decoder's dimensions and special tokens, written by the build
+CROSS_KV_FILE = "cross_kv.onnx"
+DECODER_STEP_FILE = "decoder_step.onnx"
+IMAGE_EMBEDS = "image_embeds"  # the vision encoder's output, the cross-attention's input
+# The decoder step's cache layout, written into decoder.json by the build: graphs of another layout (an
+# earlier build's cache that grew by a token per step) are rebuilt by `make models`.
+CACHE_LAYOUT = "fixed-slots"
+MASKED = np.finfo(np.float32).min  # the bias of a slot a token may not look at (Hugging Face's eager mask)
+
+
+def cache_names(kind: str, layers: int) -> list[str]:
+    """The graphs' cache tensors, one per layer and part: ``{kind}_key.N``, ``{kind}_value.N`` for layer N
+    (kind: ``cross``, ``past`` or ``present``), in this order."""
+    return [f"{kind}_{part}.{layer}" for layer in range(layers) for part in ("key", "value")]
+
+
+@dataclass
+class DecoderState:
+    """The KV cache of a batch of rows being generated, and what each row has seen so far."""
+
+    # Where the session computes (the GPU on a GPU instance): fed back at every token without a copy.
+    cross: list[ort.OrtValue]  # cache_names("cross") order, each [batch, heads, image tokens, head_size]
+    cache: list[ort.OrtValue]  # the self-attention's, cache_names("past") order, each [batch, heads, slots, head_size]
+    real: np.ndarray  # [batch, slots]: True where a slot holds a token (not left padding, not yet written)
+    written: int  # slots written so far, the same for every row (prompts are left-padded to one width)
+    next_position: np.ndarray  # [batch]: the position the row's next token takes
+    seen: list[list[int]] = field(default_factory=list)  # each row's tokens, prompt included (repetition penalty)
+
+    @property
+    def slots(self) -> int:
+        return self.real.shape[1]
+
+
+class TextDecoder:
+    """BLIP's text decoder as two ONNX Runtime sessions: cross-attention K/V once, then one step per token."""
+
+    def __init__(
+        self,
+        directory: Path,
+        precision: str = "fp32",
+        on_gpu: bool = False,
+        device_id: int = 0,
+        intra_op_threads: int = 0,
+        cuda_graph: bool = False,
+    ):
+        """``cuda_graph``: let ONNX Runtime record and replay the decoder step on CUDA (``FixedBufferDecoder``
+        gives it the fixed addresses that needs)."""
+        self.directory = directory
+        self.shape = json.loads((directory / DECODER_SHAPE_FILE).read_text())
+        if self.shape.get("cache_layout") != CACHE_LAYOUT:
+            raise ValueError(
+                f"{directory} holds decoder graphs of an earlier layout (a cache that grows by a token per step, "
+                f"not {CACHE_LAYOUT!r}): rebuild them with `make models` (scripts/build_models.py)"
+            )
+        self.cross_names, self.past_names, self.present_names = (
+            cache_names(kind, self.shape["layers"]) for kind in ("cross", "past", "present")
+        )
+        self.cross_kv = onnx_session(
+            precision_file(directory / CROSS_KV_FILE, precision), on_gpu, device_id, intra_op_threads, cpu_arena=False
+        )  # once per request
+        self.step = onnx_session(
+            precision_file(directory / DECODER_STEP_FILE, precision),
+            on_gpu,
+            device_id,
+            intra_op_threads,
+            cuda_graph=cuda_graph,
+        )
+        # The caches stay on the session's device: on a GPU, copying them to the host and back at every token
+        # (42 MB of cross-attention keys and values per image with BLIP base) would cost more than the step.
+        on_cuda = self.step.get_providers()[0] == "CUDAExecutionProvider"
+        self.device = ("cuda" if on_cuda else "cpu", device_id if on_cuda else 0)
+        self.unrecorded = ort.RunOptions()  # shapes that change from batch to batch: never a CUDA graph
+        self.unrecorded.add_run_config_entry("gpu_graph_id", "-1")
+
+    def prefill(
+        self, image_embeds: np.ndarray, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int
+    ) -> tuple[np.ndarray, DecoderState]:
+        """The logits after each row's prompt, and the state to go on from: a cache with room for the prompt and
+        the ``max_new_tokens - 1`` tokens that may be fed back (the last one generated never is)."""
+        rows, width = len(prompt_ids), max(len(ids) for ids in prompt_ids)
+        input_ids, positions, real = self.left_padded(prompt_ids, width + max(max_new_tokens - 1, 0))
+        binding = self.cross_kv.io_binding()
+        binding.bind_cpu_input(IMAGE_EMBEDS, np.ascontiguousarray(image_embeds))
+        for name in self.cross_names:
+            binding.bind_output(name, *self.device)
+        self.cross_kv.run_with_iobinding(binding)
+        empty = ort.OrtValue.ortvalue_from_numpy(
+            np.zeros((rows, self.shape["heads"], real.shape[1], self.shape["head_size"]), np.float32), *self.device
+        )  # read only: one for every layer's keys and values
+        state = DecoderState(
+            binding.get_outputs(),
+            [empty] * len(self.past_names),
+            real,
+            0,
+            np.array([len(ids) for ids in prompt_ids], dtype=np.int64),
+            [list(ids) for ids in prompt_ids],
+        )
+        return self._run(state, input_ids, positions), state
+
+    def left_padded(self, prompt_ids: Sequence[Sequence[int]], slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The prompts as one step's ``input_ids`` and ``position_ids [rows, width]``, left-padded so that every
+        row's last prompt token is in the last column, and which of ``slots`` hold a token."""
+        rows, width = len(prompt_ids), max(len(ids) for ids in prompt_ids)
+        input_ids = np.full((rows, width), self.shape["pad_token_id"], dtype=np.int64)
+        positions = np.zeros((rows, width), dtype=np.int64)
+        real = np.zeros((rows, slots), dtype=bool)
+        for row, ids in enumerate(prompt_ids):
+            input_ids[row, width - len(ids) :] = ids
+            positions[row, width - len(ids) :] = np.arange(len(ids))
+            real[row, width - len(ids) : width] = True
+        return input_ids, positions, real
+
+    def advance(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
+        """Feed one token per row; the logits for the token after it."""
+        positions = self.take_slot(state, tokens)
+        return self._run(state, tokens.astype(np.int64)[:, None], positions)
+
+    @staticmethod
+    def take_slot(state: DecoderState, tokens: np.ndarray) -> np.ndarray:
+        """Record one fed token per row and mark the next slot written; the positions ``[rows, 1]`` they take."""
+        if state.written == state.slots:
+            raise ValueError(f"the cache's {state.slots} slots are full: prefill with a larger max_new_tokens")
+        for seen, token in zip(state.seen, tokens):
+            seen.append(int(token))
+        positions = state.next_position[:, None].copy()
+        state.next_position += 1
+        state.real[:, state.written] = True
+        return positions
+
+    def _run(self, state: DecoderState, input_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """One step over the new tokens ``[batch, t]``, written to the next ``t`` slots."""
+        bias, cache_positions = attention_bias(state, input_ids.shape[1])
+        binding = self.step.io_binding()
+        for name, array in (
+            ("input_ids", input_ids),
+            ("position_ids", positions),
+            ("attention_bias", bias),
+            ("cache_positions", cache_positions),
+        ):
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name, value in zip([*self.past_names, *self.cross_names], [*state.cache, *state.cross]):
+            binding.bind_ortvalue_input(name, value)
+        binding.bind_output("logits", "cpu")  # what the greedy choice reads
+        for name in self.present_names:
+            binding.bind_output(name, *self.device)
+        self.step.run_with_iobinding(binding, self.unrecorded)
+        logits, *state.cache = binding.get_outputs()
+        state.written += input_ids.shape[1]
+        return logits.numpy()
+
+
+def attention_bias(state: DecoderState, new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """The next ``new_tokens`` tokens' attention bias ``[batch, 1, t, slots]`` and slots ``[t]``: a token looks at
+    the slots up to its own that hold a token."""
+    cache_positions = np.arange(state.written, state.written + new_tokens, dtype=np.int64)
+    visible = state.real[:, None, :] & (np.arange(state.slots)[None, None, :] <= cache_positions[None, :, None])
+    return np.where(visible, np.float32(0.0), MASKED)[:, None], cache_positions
