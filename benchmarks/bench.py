@@ -366,7 +366,10 @@ def main(argv=None) -> None:
         asyncio.run(_warm_up(triton.grpc_url, photos))
         memory_before = server_memory_mib(triton.pid)
         rows, splits = perf_sweep(triton, input_files, args, scratch)
-        api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url)
+        # The API's in-flight limit pinned to the highest level driven (the warm-up's 2 at least), as
+        # api_vs_grpc does: this compares serving paths; admission is measured by make overload.
+        pinned = max(2, *args.compare_concurrency)
+        api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url, min_in_flight=pinned, max_in_flight=pinned)
         try:
             api.wait_until_alive()
             api_rows = asyncio.run(drive_http(api.url, photos, args.compare_concurrency, args.compare_requests))
