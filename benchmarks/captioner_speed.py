@@ -119,7 +119,7 @@ def served(
     rows, extra = [], {}
     with server:
         if precision:
-            set_cpu_precision(server.grpc_url, precision, precision_steps)
+            set_cpu_precision(server, precision, precision_steps)
         for concurrency in levels:
             measurement, stability = perf_analyzer.measure_stably(
                 ENSEMBLE,
@@ -145,13 +145,13 @@ def served(
     return rows, extra
 
 
-def set_cpu_precision(grpc_url: str, precision: str, models: tuple[str, ...]) -> None:
-    """Reload ``models`` with ``cpu_precision`` changed (explicit model control)."""
-    raw = grpcclient.InferenceServerClient(grpc_url)
+def set_cpu_precision(server: TritonServer, precision: str, models: tuple[str, ...]) -> None:
+    """Reload ``models`` with ``cpu_precision`` changed (explicit model control; an admin call)."""
+    raw = grpcclient.InferenceServerClient(server.grpc_url)
     for model in models:
         config = raw.get_model_config(model, as_json=True)["config"]
         config["parameters"]["cpu_precision"] = {"string_value": precision}
-        raw.load_model(model, config=json.dumps(config))
+        raw.load_model(model, config=json.dumps(config), headers=server.admin_grpc_headers)
     raw.close()
 
 

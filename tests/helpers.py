@@ -87,3 +87,30 @@ def serve_command(model_repository, tmp_path, ports, *extra) -> list[str]:
         str(tmp_path / "server.log"),
         *extra,
     ]
+
+
+# Triton's admin calls (pipeline_src/serving/admin.py): refused without the server's key.
+ADMIN_CALLS = (
+    "load_model",
+    "unload_model",
+    "get_model_repository_index",
+    "get_trace_settings",
+    "update_trace_settings",
+    "get_log_settings",
+    "update_log_settings",
+    "register_system_shared_memory",
+    "unregister_system_shared_memory",
+    "get_system_shared_memory_status",
+)
+
+
+def admin_client(server):
+    """A tritonclient.grpc client of ``server`` (a TritonServer) presenting its admin key on the admin calls."""
+    import functools
+
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    for name in ADMIN_CALLS:
+        setattr(client, name, functools.partial(getattr(client, name), headers=server.admin_grpc_headers))
+    return client

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from helpers import admin_client
 
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.steps.captioning import STANDIN_MARKER
@@ -47,10 +48,8 @@ def client(triton):
 
 @pytest.fixture(scope="session")
 def triton_grpc(triton):
-    """A raw tritonclient for calling single steps and managing models."""
-    import tritonclient.grpc as grpcclient
-
-    raw = grpcclient.InferenceServerClient(triton.grpc_url)
+    """A raw tritonclient for calling single steps and managing models (it presents the admin key)."""
+    raw = admin_client(triton)
     yield raw
     raw.close()
 

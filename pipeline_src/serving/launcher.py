@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipeline_src.serving import admin
 from pipeline_src.serving.errors import PortInUseError, ServerStartError, TritonStartError
 from pipeline_src.serving.ports import LOOPBACK, Ports, check_ports_free, free_port, free_ports, reachable_host
 from pipeline_src.serving.processes import spawn, stop_process, wait_for_http
@@ -53,9 +54,12 @@ class TritonServer:
         binary: Path | None = None,
         address: str = LOOPBACK,
         steps_python: Path | None = None,
+        admin_key: str | None = None,
     ):
         """``steps_python``: the interpreter of the environment the steps import from (a virtualenv holding the
-        ``steps`` extra); by default this process's own. It must be the same Python version as this one."""
+        ``steps`` extra); by default this process's own. It must be the same Python version as this one.
+        ``admin_key``: what a caller of Triton's admin APIs must present (``admin``); by default
+        FOOD11_TRITON_ADMIN_KEY, else a new one, which ``admin_http_headers`` and ``admin_grpc_headers`` carry."""
         self.model_repository = Path(model_repository).resolve()
         self.work_dir = Path(work_dir).resolve()
         self.ports = ports
@@ -65,6 +69,7 @@ class TritonServer:
         self.extra_args = tuple(extra_args)
         self.binary = binary
         self.steps_python = Path(steps_python or sys.executable)
+        self.admin_key = admin_key or admin.key_from_environment()
         self.process: subprocess.Popen | None = None
 
     @property
@@ -89,6 +94,15 @@ class TritonServer:
     def metrics_url(self) -> str:
         return f"{reachable_host(self.address)}:{self.ports.metrics}"
 
+    @property
+    def admin_http_headers(self) -> dict[str, str]:
+        return admin.http_headers(self.admin_key)
+
+    @property
+    def admin_grpc_headers(self) -> dict[str, str]:
+        """``headers=`` for tritonclient.grpc's load_model, unload_model, update_trace_settings and the like."""
+        return admin.grpc_headers(self.admin_key)
+
     def command(self) -> list[str]:
         command = [str(self.binary)] if self.binary else bundled_command(self.work_dir)
         return [
@@ -100,6 +114,7 @@ class TritonServer:
             f"--grpc-port={self.ports.grpc}",
             f"--metrics-address={self.address}",
             f"--metrics-port={self.ports.metrics}",
+            *admin.restricted_args(self.admin_key),
             *self.extra_args,
         ]
 

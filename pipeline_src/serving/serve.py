@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.validate import validate_repository
+from pipeline_src.serving import admin
 from pipeline_src.serving.launcher import (
     LOOPBACK,
     PortInUseError,
@@ -66,6 +67,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=int,
         default=int(os.environ.get("FOOD11_API_PORT", "8080")),
         help="API port (default: %(default)s; FOOD11_API_PORT)",
+    )
+    parser.add_argument(
+        "--admin-key-file",
+        type=Path,
+        help="where the key of Triton's admin APIs (loading models, shared memory, trace and log settings) is "
+        f"written for this machine's tools, readable by this user only: {admin.KEY_ENV}, else a new one at each "
+        "start (default: admin-key in --work-dir)",
     )
     parser.add_argument("extra", nargs="*", help="more tritonserver flags, after --")
     return parser.parse_args(argv)
@@ -166,7 +174,12 @@ def main(argv=None) -> None:
             binary=args.tritonserver,
             address=args.host,
         )
-        print(f"tritonserver starting on {args.model_repository} (log: {server.log_file})", flush=True)
+        key_file = admin.write_key_file(args.admin_key_file or args.work_dir / "admin-key", server.admin_key)
+        print(
+            f"tritonserver starting on {args.model_repository} (log: {server.log_file}; its admin APIs need the "
+            f"header {admin.HEADER}: the key in {key_file})",
+            flush=True,
+        )
         server.start(args.ready_timeout)
         print(
             f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics {server.metrics_url}",

@@ -14,8 +14,7 @@ import urllib.request
 import httpx
 import psutil
 import pytest
-import tritonclient.grpc as grpcclient
-from helpers import APPLE, post_photo, serve_command
+from helpers import APPLE, admin_client, post_photo, serve_command
 from prometheus_client.parser import text_string_to_metric_families
 
 from food11_client import Food11Client
@@ -83,7 +82,7 @@ def test_captioner_stub_killed_keeps_labels_coming_and_a_reload_restores_caption
         assert after.label == "Vegetable/Fruit" and after.caption == ""
         assert after.caption_status == "captioner_error: Stub process 'captioner_0_0' is not healthy."
         # Triton 2.51 neither restarts the stub nor marks the model unready: readiness cannot tell.
-        raw = grpcclient.InferenceServerClient(server.grpc_url)
+        raw = admin_client(server)
         assert raw.is_model_ready("captioner")
         raw.unload_model("captioner")  # what restores it (a plain load of an unchanged model is a no-op)
         raw.load_model("captioner")

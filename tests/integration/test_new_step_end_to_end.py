@@ -13,7 +13,7 @@ import sys
 
 import httpx
 import pytest
-from helpers import APPLE, PHOTOS_DIR, post_photo
+from helpers import APPLE, PHOTOS_DIR, admin_client, post_photo
 
 from food11_client import Food11Client, PipelineError, cli
 from pipeline_src.contract import CORE_OUTPUTS
@@ -158,11 +158,10 @@ def test_the_new_outputs_reach_the_client_the_cli_the_api_and_its_schema(server,
 
 
 def test_a_misspelt_output_fails_naming_the_step_and_the_tensor(server, extended):
-    import tritonclient.grpc as grpcclient
 
     _, repository = extended
     edit(repository / STEP / LOGIC, f'"{BRIGHTNESS}": brightness', f'"{BRIGHTNESS[:-1]}": brightness')
-    with grpcclient.InferenceServerClient(server.grpc_url) as raw:
+    with admin_client(server) as raw:
         raw.load_model(STEP)  # a new stub process, importing the changed logic
     with Food11Client(server.grpc_url, timeout_s=120) as client, pytest.raises(PipelineError) as failure:
         client.caption([APPLE])

@@ -1,4 +1,5 @@
-"""scripts/serve.py: Triton (and the API) ready on the ports asked for, on loopback only; a quiet, clean
+"""scripts/serve.py: Triton (and the API) ready on the ports asked for, on loopback only, Triton's admin APIs
+behind a key written for this user alone; a quiet, clean
 stop on Ctrl-C, SIGTERM or SIGHUP; no server outliving serve.py, even SIGKILLed; taken ports named."""
 
 import contextlib
@@ -6,13 +7,16 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
+import urllib.error
 import urllib.request
 
 import psutil
 import pytest
 from helpers import serve_command
 
+from pipeline_src.serving import admin
 from pipeline_src.serving.launcher import free_port, free_ports
 
 pytestmark = pytest.mark.integration
@@ -65,6 +69,28 @@ def test_triton_alone_starts_and_stops_cleanly_on_sigterm(model_repository, tmp_
     assert "successfully unloaded 'food11_pipeline'" in (tmp_path / "server.log").read_text()
     with pytest.raises(OSError):  # nothing listens any more
         get_status(f"http://127.0.0.1:{ports.http}/v2/health/live")
+
+
+def test_make_serve_closes_tritons_admin_apis_and_leaves_the_key_to_this_user(model_repository, tmp_path):
+    def set_log_level(http_port: int, headers: dict) -> int:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{http_port}/v2/logging",
+            data=b'{"log_verbose_level": 0}',
+            headers={"Content-Type": "application/json", **headers},
+            method="POST",
+        )
+        try:
+            return get_status(request)
+        except urllib.error.HTTPError as refused:
+            return refused.code
+
+    with serving(model_repository, tmp_path, "--no-api") as (ports, process):
+        key_file = tmp_path / "work" / "admin-key"
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        assert set_log_level(ports.http, {}) == 403
+        assert set_log_level(ports.http, admin.http_headers(key_file.read_text().strip())) == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
 
 
 def test_triton_and_api_listen_on_loopback_only_and_stop_quietly_on_ctrl_c(model_repository, tmp_path):
