@@ -22,28 +22,35 @@ Idle time between requests is nobody's latency, so a quiet spell does not shrink
 is answered at the pipeline's own pace. A request that ran into the deadline counts with ``W`` the deadline:
 the estimate falls as soon as the machine slows. A request over the limit is refused at once, with
 ``Retry-After`` the time the requests in flight take to drain at the measured rate.
+
+With caller keys (callers.py), one caller may hold at most its share of the limit,
+``max(1, floor(limit * caller_share))``: a caller that floods is refused past its share while the others'
+requests are still let in. The share follows the limit; a request without a caller (keys off) has none.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Admitted:
-    """A request let in: when, and how many were in flight then, itself included."""
+    """A request let in: when, how many were in flight then (itself included), and whose it is."""
 
     at: float
     in_flight: int
+    caller: str | None = None
 
 
 class AdaptiveLimit:
     """The limit and the in-flight count of one API process (one event loop: no lock needed).
 
     ``unmeasured_retry_after_s``: a refusal's Retry-After before the first answer.
+    ``caller_share``: the share of the limit one caller may hold (requests with a caller's name only).
     ``smoothing``: the weight of each new answer in the two averages (exponentially weighted); answers of one
     batch arrive together, so a batch moves them most of the way.
     """
@@ -54,17 +61,22 @@ class AdaptiveLimit:
         min_limit: int,
         max_limit: int,
         unmeasured_retry_after_s: int,
+        caller_share: float = 1.0,
         smoothing: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
     ):
         if not 1 <= min_limit <= max_limit:
             raise ValueError(f"need 1 <= min_limit <= max_limit, got {min_limit} and {max_limit}")
+        if not 0 < caller_share <= 1:
+            raise ValueError(f"need 0 < caller_share <= 1, got {caller_share}")
         self.target_latency_s = target_latency_s
         self.min_limit, self.max_limit = min_limit, max_limit
         self.unmeasured_retry_after_s = unmeasured_retry_after_s
         self.smoothing = smoothing
         self.clock = clock
+        self.caller_share = caller_share
         self.in_flight = 0
+        self.in_flight_by_caller: Counter[str] = Counter()
         # The averages of answered requests' in-flight count at admission and latency (seconds); None
         # before the first answer.
         self._company: float | None = None
@@ -85,16 +97,29 @@ class AdaptiveLimit:
             return self.min_limit
         return max(self.min_limit, min(self.max_limit, math.floor(rate * self.target_latency_s)))
 
-    def try_admit(self) -> Admitted | None:
-        if self.in_flight >= self.limit:
+    @property
+    def caller_limit(self) -> int:
+        """How many requests one caller may have in flight: its share of the limit, at least one."""
+        return max(1, math.floor(self.limit * self.caller_share))
+
+    def caller_share_full(self, caller: str | None) -> bool:
+        return caller is not None and self.in_flight_by_caller[caller] >= self.caller_limit
+
+    def try_admit(self, caller: str | None = None) -> Admitted | None:
+        """``caller``: the name of the key the request presented; None (keys off) counts against no share."""
+        if self.in_flight >= self.limit or self.caller_share_full(caller):
             return None
         self.in_flight += 1
-        return Admitted(self.clock(), self.in_flight)
+        if caller is not None:
+            self.in_flight_by_caller[caller] += 1
+        return Admitted(self.clock(), self.in_flight, caller)
 
     def finished(self, admitted: Admitted, answered: bool = False, out_of_time: bool = False) -> None:
         """``answered``, or ``out_of_time`` (it ran into the deadline); anything else (a bad photo refused
         in a millisecond, a disconnect) says nothing of the pipeline's speed."""
         self.in_flight -= 1
+        if admitted.caller is not None:
+            self.in_flight_by_caller[admitted.caller] -= 1
         if not (answered or out_of_time):
             return
         seconds, company = max(self.clock() - admitted.at, 1e-6), float(admitted.in_flight)
@@ -104,8 +129,18 @@ class AdaptiveLimit:
             self._company += self.smoothing * (company - self._company)
             self._latency_s += self.smoothing * (seconds - self._latency_s)
 
-    def why_full(self) -> str:
-        """Why a request is refused now, for its 503."""
+    def refused_by(self, caller: str | None = None) -> str:
+        """What refuses ``caller``'s request now (the metric's ``by``): ``api``, the limit is full;
+        ``caller_share``, only this caller's share of it."""
+        return "caller_share" if self.in_flight < self.limit and self.caller_share_full(caller) else "api"
+
+    def why_full(self, caller: str | None = None) -> str:
+        """Why a request (of ``caller``) is refused now, for its 503."""
+        if caller is not None and self.refused_by(caller) == "caller_share":
+            return (
+                f"this caller's share is full: {caller} has {self.in_flight_by_caller[caller]} requests in flight, "
+                f"its share ({self.caller_share:g}) of this API's limit of {self.limit}"
+            )
         rate = self.rate_per_s
         if rate is None:
             return f"this API serves {self.in_flight} requests, its limit until answers measure the pipeline's speed"

@@ -5,22 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.formparsers import MultiPartParser
 
 from food11_api.admission import AdaptiveLimit
-from food11_api.dependencies import get_client
-from food11_api.errors import EXCEPTION_HANDLERS
+from food11_api.callers import CallerKeys
+from food11_api.dependencies import get_caller, get_client
+from food11_api.errors import EXCEPTION_HANDLERS, UNAUTHORIZED
 from food11_api.extra_outputs import learn_extra_outputs, with_extra_outputs
-from food11_api.metrics import ModelAnswers, Refusals, instrument, observe_admission
+from food11_api.metrics import METRICS_PATH, ModelAnswers, Refusals, instrument, observe_admission, observe_callers
 from food11_api.middleware import (
     AdmissionMiddleware,
     BodySizeLimitMiddleware,
+    CallerKeyMiddleware,
     RequestIdMiddleware,
     ServerTimingMiddleware,
 )
-from food11_api.routes import captioning, health, pages
+from food11_api.routes import captioning, health, models, pages
 from food11_api.settings import ApiSettings
 from food11_client import AsyncFood11Client
 
@@ -28,7 +31,9 @@ __all__ = ["create_app", "get_client"]  # get_client: the dependency tests overr
 
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
+    """Raises ``CallerKeysError`` when ``settings.keys_file`` cannot be used: the API must not start."""
     settings = settings or ApiSettings()
+    keys = CallerKeys.read(settings.keys_file) if settings.keys_file is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -65,21 +70,35 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         settings.min_in_flight,
         settings.max_in_flight,
         unmeasured_retry_after_s=settings.retry_after_s,
+        caller_share=settings.caller_share,
     )
     app.add_middleware(
         AdmissionMiddleware,
         limit=app.state.admission,
         paths=captioning.CAPTIONING_PATHS,
-        refused=lambda: app.state.refusals.count("api"),
+        refused=lambda by: app.state.refusals.count(by),
     )
+    if keys is not None:  # outside admission and the body limit: a request without a key takes no place
+        app.add_middleware(
+            CallerKeyMiddleware,
+            keys=keys,
+            open_paths=health.PROBE_PATHS | pages.PAGE_PATHS | {METRICS_PATH, app.openapi_url or ""},
+            open_prefixes=(pages.ASSETS_PREFIX,),
+        )
     app.add_middleware(ServerTimingMiddleware)
-    app.add_middleware(RequestIdMiddleware)  # every response, 413 included, carries the id
+    app.add_middleware(RequestIdMiddleware)  # every response, 413 and 401 included, carries the id
     registry = instrument(app)  # outermost: counts the middlewares' answers too
     app.state.model_answers = ModelAnswers(registry)
     app.state.refusals = Refusals(registry)
     observe_admission(registry, app.state.admission)
 
-    app.include_router(captioning.router)
+    needs_key: dict[str, Any] = {}
+    if keys is not None:
+        # The routes that need a key say so in the schema (Swagger's Authorize button) and document 401.
+        needs_key = {"dependencies": [Depends(get_caller)], "responses": UNAUTHORIZED}
+        observe_callers(registry, app.state.admission, keys.names)
+    app.include_router(captioning.router, **needs_key)
+    app.include_router(models.router, **needs_key)
     app.include_router(health.router)
     app.include_router(pages.router)
 

@@ -52,6 +52,16 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     ),
     504: _error_doc("the pipeline did not answer within the deadline", "Deadline Exceeded"),
 }
+# What the routes that only ask Triton can answer besides 200.
+TRITON_DOWN: dict[int | str, dict[str, Any]] = {503: ERROR_RESPONSES[503]}
+# With caller keys on (FOOD11_API_KEYS_FILE), every route that needs one.
+UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
+    401: _error_doc(
+        "no caller key, or not a known one (Authorization: Bearer <key>, or X-API-Key: <key>); answered before "
+        "the body is read, with a WWW-Authenticate header",
+        "unknown caller key",
+    )
+}
 
 
 def error_body(request: Request, status: int, detail: str) -> JSONResponse:

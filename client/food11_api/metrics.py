@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -13,6 +14,7 @@ from food11_api.admission import AdaptiveLimit
 # A caption takes well under a second on a GPU and seconds on a loaded CPU (benchmarks/results/gpu_serve.md,
 # bench.md): buckets that tell those apart.
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60)
+METRICS_PATH = "/metrics"
 
 
 def instrument(app: FastAPI) -> CollectorRegistry:
@@ -22,13 +24,13 @@ def instrument(app: FastAPI) -> CollectorRegistry:
     registry = CollectorRegistry()  # one per app: tests run several apps in one process
     Instrumentator(
         should_group_status_codes=False,  # 400, 413, 503 and 504 mean different things here
-        excluded_handlers=["/metrics"],
+        excluded_handlers=[METRICS_PATH],
         registry=registry,
     ).add(
         metrics.default(
             latency_lowr_buckets=LATENCY_BUCKETS_S, latency_highr_buckets=LATENCY_BUCKETS_S, registry=registry
         )
-    ).instrument(app).expose(app, include_in_schema=False)
+    ).instrument(app).expose(app, endpoint=METRICS_PATH, include_in_schema=False)
     return registry
 
 
@@ -51,12 +53,13 @@ class ModelAnswers:
 
 
 class Refusals:
-    """food11_refused_total{by}: requests refused under overload, by this API (``api``: its in-flight cap)
-    or by Triton (``triton``: a step's queue policy). Both answer 503 with Retry-After."""
+    """food11_refused_total{by}: requests refused under overload, by this API (``api``: its in-flight cap;
+    ``caller_share``: the caller's share of it, with caller keys on) or by Triton (``triton``: a step's queue
+    policy). All answer 503 with Retry-After."""
 
     def __init__(self, registry: CollectorRegistry):
         self.counter = Counter("food11_refused", "requests refused under overload", ["by"], registry=registry)
-        for by in ("api", "triton"):
+        for by in ("api", "caller_share", "triton"):
             self.counter.labels(by)  # present at 0 from the start, so a rate() sees the first refusal
 
     def count(self, by: str) -> None:
@@ -72,3 +75,13 @@ def observe_admission(registry: CollectorRegistry, admission: AdaptiveLimit) -> 
         ("food11_answer_rate", "requests answered per second, measured", lambda: admission.rate_per_s or 0.0),
     ):
         Gauge(name, description, registry=registry).set_function(read)
+
+
+def observe_callers(registry: CollectorRegistry, admission: AdaptiveLimit, names: Iterable[str]) -> None:
+    """food11_caller_requests_in_flight{caller}: with caller keys on, whose requests hold the limit (the
+    names from the keys file, never a key)."""
+    gauge = Gauge(
+        "food11_caller_requests_in_flight", "captioning requests in flight, by caller", ["caller"], registry=registry
+    )
+    for name in names:
+        gauge.labels(name).set_function(partial(admission.in_flight_by_caller.__getitem__, name))

@@ -1,8 +1,10 @@
-"""Pure ASGI middlewares: a request id on every request, a cap on request bodies, admission (a limit on
-requests in flight that follows the measured capacity), Server-Timing."""
+"""Pure ASGI middlewares: a request id on every request, caller keys (when the operator asks for them), a cap
+on request bodies, admission (a limit on requests in flight that follows the measured capacity, with each
+caller's share of it), Server-Timing."""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -11,6 +13,9 @@ from collections.abc import Callable
 from starlette.responses import JSONResponse
 
 from food11_api.admission import AdaptiveLimit
+from food11_api.callers import API_KEY_HEADER, BEARER_HEADER, CallerKeys, presented_key
+
+log = logging.getLogger("food11_api")
 
 REQUEST_ID_HEADER = b"x-request-id"
 # A caller's id goes into logs and headers: only a plain token is taken (no control characters, no
@@ -32,6 +37,18 @@ def over_capacity_response(reason: str, request_id: str, retry_after_s: int) -> 
         request_id,
         **{"Retry-After": str(retry_after_s)},
     )
+
+
+def unauthorized_response(key_given: bool, request_id: str) -> JSONResponse:
+    """401 for a request without a known caller key, answered before its body is read. The connection stays
+    open: uvicorn discards what the client still sends, and the client reads its 401 (closing the socket with
+    an upload arriving resets the connection, and the client never sees why)."""
+    if key_given:
+        detail, challenge = "unknown caller key", 'Bearer realm="food11_api", error="invalid_token"'
+    else:
+        detail = f"a caller key is required: send {BEARER_HEADER}: Bearer <key> or {API_KEY_HEADER}: <key>"
+        challenge = 'Bearer realm="food11_api"'
+    return error_response(401, detail, request_id, **{"WWW-Authenticate": challenge})
 
 
 def _request_id(scope) -> str:
@@ -96,6 +113,30 @@ class BodySizeLimitMiddleware:
         await self.app(scope, replay, send)
 
 
+class CallerKeyMiddleware:
+    """Every request but those to ``open_paths`` (or under ``open_prefixes``) must present a known caller key
+    (callers.py); without one, 401 before anything else looks at it, its body unread. The caller's name goes
+    into ``request.state.caller``, where admission counts its share."""
+
+    def __init__(self, app, keys: CallerKeys, open_paths: frozenset[str], open_prefixes: tuple[str, ...] = ()):
+        self.app = app
+        self.keys = keys
+        self.open_paths, self.open_prefixes = open_paths, open_prefixes
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in self.open_paths or path.startswith(self.open_prefixes):
+            return await self.app(scope, receive, send)
+        key = presented_key(dict(scope["headers"]))
+        caller = None if key is None else self.keys.caller(key)
+        if caller is None:
+            request_id, why = _request_id(scope), "unknown key" if key else "no key"
+            log.info("request %s: %s %s -> 401: %s", request_id, scope["method"], path, why)
+            return await unauthorized_response(key is not None, request_id)(scope, receive, send)
+        scope.setdefault("state", {})["caller"] = caller
+        await self.app(scope, receive, send)
+
+
 class ServerTimingMiddleware:
     """Adds ``app;dur=<ms>`` (request received to response started) to the Server-Timing header, beside
     the ``triton;dur=`` the endpoints set: together they split a request's time into pipeline, API and
@@ -130,10 +171,12 @@ class AdmissionMiddleware:
     API over capacity sheds load instead of queueing it until the deadline. A request given up at its
     deadline whose Triton call runs on (Triton 2.51 cannot cancel) keeps its place until that call ends.
     The time a request was let in goes into ``request.state.admitted_at``, where the deadline of its Triton
-    call counts from.
-    ``refused`` is called for each refusal (the metric)."""
+    call counts from. With caller keys, a caller past its share of the limit is refused the same way
+    (``request.state.caller``, set by CallerKeyMiddleware).
+    ``refused`` is called for each refusal with what was full (the metric's ``by``): ``api``, the limit;
+    ``caller_share``, the caller's share of it."""
 
-    def __init__(self, app, limit: AdaptiveLimit, paths: frozenset[str], refused: Callable[[], None]):
+    def __init__(self, app, limit: AdaptiveLimit, paths: frozenset[str], refused: Callable[[str], None]):
         self.app = app
         self.limit = limit
         self.paths = paths
@@ -142,11 +185,12 @@ class AdmissionMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] not in self.paths:
             return await self.app(scope, receive, send)
-        admitted = self.limit.try_admit()
+        caller = scope.setdefault("state", {}).get("caller")
+        admitted = self.limit.try_admit(caller)
         if admitted is None:
-            self.refused()
+            self.refused(self.limit.refused_by(caller))
             response = over_capacity_response(
-                self.limit.why_full(),
+                self.limit.why_full(caller),
                 _request_id(scope),
                 self.limit.retry_after_s(),
             )

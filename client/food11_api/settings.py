@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -37,6 +38,16 @@ class ApiSettings(BaseSettings):
     )
     retry_after_s: int = Field(
         RETRY_AFTER_S, ge=0, description="Retry-After of a 503 before any answer was measured; then the drain time"
+    )
+    # Caller keys (callers.py): off by default, as the API listens on loopback only; on, every request but
+    # health, metrics and the docs needs a key, and each caller holds at most its share of the limit.
+    keys_file: Path | None = Field(
+        None,
+        description="a file of caller keys, one a line (name:key, or a bare key; # comments), read at start-up: "
+        "every route but /healthz, /readyz, /metrics and the docs then needs one. Unset: no keys",
+    )
+    caller_share: float = Field(
+        0.5, gt=0, le=1, description="with keys: the share of the in-flight limit one caller may hold (at least 1)"
     )
     host: str = Field("127.0.0.1", description="bind address; 0.0.0.0 to serve other machines")
     port: int = Field(8080, description="bind port")

@@ -86,11 +86,21 @@ class AsyncFood11Client(Connection):
         with triton_errors():
             return wire.manifests_of(await self._client.infer(MANIFESTS_MODEL, [], client_timeout=self.timeout_s))
 
-    async def repository_index(self) -> list[dict]:
-        """Every model Triton knows: name, version, state (READY, UNAVAILABLE, ...) and reason."""
+    async def ensemble_steps(self) -> list[str]:
+        """The models this client's ensemble runs, from its configuration (open to every caller, unlike the
+        repository index, which is one of Triton's admin APIs: pipeline_src/serving/admin.py)."""
         with triton_errors():
-            index = await self._client.get_model_repository_index(as_json=True)
-        return index.get("models", [])
+            config = await self._client.get_model_config(self.model, as_json=True)
+        return [step["model_name"] for step in config["config"].get("ensemble_scheduling", {}).get("step", [])]
+
+    async def model_state(self, name: str) -> dict:
+        """One model's name, the versions Triton serves and its state (READY or UNAVAILABLE), from the health and
+        metadata APIs, which every caller may use."""
+        with triton_errors():
+            if not await self._client.is_model_ready(name):
+                return {"name": name, "state": "UNAVAILABLE", "reason": "not ready (Triton's log says why)"}
+            metadata = await self._client.get_model_metadata(name, as_json=True)
+        return {"name": name, "version": ",".join(metadata.get("versions", [])), "state": "READY"}
 
     async def close(self) -> None:
         if self._unanswered:

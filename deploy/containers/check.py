@@ -10,9 +10,12 @@ deploy/containers/compose.check.yaml: the stand-in bases, the host network), and
    once Triton is, by compose.yaml's depends_on);
 4. tests/photos/apple.jpg is captioned through the API container (HTTP on 127.0.0.1:8080), and Triton's
    statistics show that the Triton container ran the ensemble;
-5. the API container runs as a non-root user (its process 1 too), with a read-only root filesystem, no
+5. Triton's admin APIs answer only the key this check made and handed to compose (FOOD11_TRITON_ADMIN_KEY):
+   POST /v2/logging is refused (403) without the header and answered (200) with it, gRPC's repository index is
+   refused (UNAVAILABLE) without it and answered with it; the key is in neither container's log;
+6. both containers run as non-root users (every process of them), with a read-only root filesystem, no
    capabilities, no new privileges; the Triton image holds no tritonclient (NVIDIA's image has none);
-6. ``docker compose down``, also when a step failed (the containers' log tails are printed first).
+7. ``docker compose down``, also when a step failed (the containers' log tails are printed first).
 
 Prints what it checked; exits 1 at the first failure, naming it. Logs go to build/containers/.
 Usage: .venv/bin/python deploy/containers/check.py [--rebuild-bases]   (as root where Docker is not running)
@@ -34,7 +37,11 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
 from pipeline_src.contract import ENSEMBLE
+from pipeline_src.serving import admin
 from pipeline_src.serving.launcher import spawn
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
@@ -47,6 +54,9 @@ PORTS = {8000: "Triton HTTP", 8001: "Triton gRPC", 8002: "Triton metrics", 8080:
 PHOTO = ROOT / "tests" / "photos" / "apple.jpg"
 API = "http://127.0.0.1:8080"
 TRITON_HTTP = "http://127.0.0.1:8000"
+TRITON_GRPC = "127.0.0.1:8001"
+TRITON_USER = "triton-server"  # NVIDIA's image's user, uid 1000 (Dockerfile.triton runs the server as it)
+TRITON_UID = 1000
 # Debian's Compose v2: bookworm ships only Compose v1 (1.29, which does not read `!reset`); trixie's package is
 # Compose 2.x, a Go program whose one dependency (libc6 >= 2.34) bookworm meets.
 COMPOSE_SUITE = "trixie"
@@ -318,7 +328,10 @@ def caption_through_the_api() -> None:
         problems.append(f"caption_status {answer.get('caption_status')!r}")
     if problems:
         raise CheckFailed(f"POST /caption with {PHOTO.name}: " + "; ".join(problems) + f"\n{answer}")
-    after = ensemble_inferences()
+    # Triton counts a request once it has released it, which may come a moment after the answer: wait for it.
+    deadline = time.monotonic() + 10
+    while (after := ensemble_inferences()) <= before and time.monotonic() < deadline:
+        time.sleep(0.2)
     if after <= before:
         raise CheckFailed(f"Triton's {ENSEMBLE} statistics did not count the request ({before} -> {after})")
     passed(
@@ -326,6 +339,93 @@ def caption_through_the_api() -> None:
         f"caption_status {answer['caption_status']}, caption {answer['caption'][:60]!r}...; "
         f"Triton's {ENSEMBLE} inference count {before} -> {after}"
     )
+
+
+def http_status(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+
+
+def check_admin_key(key: str, env) -> None:
+    """The admin groups (admin.RESTRICTED) answer only a caller with the key compose passed to the container."""
+    url = f"{TRITON_HTTP}/v2/logging"
+    refused, refusal = http_status(url, b"{}", {})
+    if refused != 403 or admin.HEADER not in refusal:
+        raise CheckFailed(f"POST /v2/logging without {admin.HEADER} answered {refused}, not 403: {refusal[:300]!r}")
+    wrong, _ = http_status(url, b"{}", admin.http_headers("not-" + key))
+    answered, settings = http_status(url, b"{}", admin.http_headers(key))
+    if wrong != 403 or answered != 200 or "log_info" not in settings:
+        raise CheckFailed(f"POST /v2/logging: a wrong key {wrong}, the key {answered} (not 403, 200): {settings!r}")
+
+    with grpcclient.InferenceServerClient(TRITON_GRPC) as client:
+        try:
+            client.get_model_repository_index()
+        except InferenceServerException as error:
+            if admin.HEADER not in str(error):
+                raise CheckFailed(f"gRPC RepositoryIndex without the key failed, but not on the key: {error}") from None
+        else:
+            raise CheckFailed("gRPC RepositoryIndex answered without the key")
+        index = client.get_model_repository_index(headers=admin.grpc_headers(key), as_json=True)
+        if ENSEMBLE not in {model["name"] for model in index.get("models", [])}:
+            raise CheckFailed(f"gRPC RepositoryIndex with the key does not list {ENSEMBLE}: {index}")
+    for service in ("triton", "api"):
+        logs = run(compose_command("logs", "--no-color", service), env=env).stdout
+        if key in logs:
+            raise CheckFailed(f"the {service} container's log holds the admin key")
+    passed(
+        f"Triton's admin APIs need the key compose passed ({admin.KEY_ENV}): POST /v2/logging without "
+        f"{admin.HEADER} 403, with a wrong key 403, with the key 200; gRPC RepositoryIndex without it refused, with "
+        "it answered; statistics answered without it (above); the key in neither container's log"
+    )
+
+
+def process_report(container: dict, python: str) -> list[tuple[int, str, int, int, int, int]]:
+    """(pid, command, uid, effective, bounding capability sets, no_new_privs) of every process in a container."""
+    code = (
+        "import os\n"
+        "for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):\n"
+        "    try:\n"
+        "        status = dict(line.split(':', 1) for line in open(f'/proc/{pid}/status') if ':' in line)\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    print(pid, status['Name'].strip(), status['Uid'].split()[1], int(status['CapEff'], 16),"
+        " int(status['CapBnd'], 16), status['NoNewPrivs'].strip())\n"
+    )
+    report = run(["docker", "exec", container["Id"], python, "-c", code]).stdout.split("\n")
+    rows = [line.split() for line in report if line.strip()]
+    return [(int(pid), name, int(uid), int(eff), int(bnd), int(nnp)) for pid, name, uid, eff, bnd, nnp in rows]
+
+
+def check_unprivileged(name: str, container: dict, python: str, want_user: str, first: str | None = None) -> str:
+    """Every process of a container (the probe's own python too) non-root, with no capabilities and no new
+    privileges; a read-only root with /tmp writable; compose's cap_drop and no-new-privileges in its config."""
+    config, host = container["Config"], container["HostConfig"]
+    if config.get("User") != want_user:
+        raise CheckFailed(f"the {name} container's user is {config.get('User') or 'root'!r}, not {want_user!r}")
+    processes = process_report(container, python)
+    (init,) = [row for row in processes if row[0] == 1]
+    if first is not None and init[1] != first:
+        raise CheckFailed(f"the {name} container's process 1 is {init[1]}, not {first}")
+    privileged = [row for row in processes if row[2] == 0 or row[3] or row[4] or not row[5]]
+    if privileged:
+        raise CheckFailed(
+            f"{name}: processes as root, with capabilities or without no_new_privs "
+            f"(pid, name, uid, CapEff, CapBnd, NoNewPrivs): {privileged}"
+        )
+    # /var/tmp is writable by anyone in a Debian image: only a read-only root refuses it; /tmp is compose's tmpfs.
+    probe = "import sys; open(sys.argv[1], 'w').write('x')"
+    write = run(["docker", "exec", container["Id"], python, "-c", probe, "/var/tmp/probe"], check=False).stderr.strip()
+    if not host.get("ReadonlyRootfs") or "Read-only file system" not in write:
+        raise CheckFailed(f"the {name} root is not read-only (ReadonlyRootfs {host.get('ReadonlyRootfs')}): {write!r}")
+    run(["docker", "exec", container["Id"], python, "-c", probe, "/tmp/probe"])
+    if host.get("CapDrop") != ["ALL"] or "no-new-privileges:true" not in (host.get("SecurityOpt") or []):
+        raise CheckFailed(f"{name} keeps capabilities or privileges: {host.get('CapDrop')}, {host.get('SecurityOpt')}")
+    names = sorted({row[1] for row in processes})
+    return f"{len(processes)} processes ({', '.join(names)}) as uid {sorted({row[2] for row in processes})}"
 
 
 def listening(port: int) -> set[str]:
@@ -356,21 +456,18 @@ def check_containers(env) -> None:
         f"both containers on the host network only, listening on 127.0.0.1 only (ports {', '.join(map(str, PORTS))})"
     )
 
-    config, host = api["Config"], api["HostConfig"]
-    uid = run(["docker", "exec", api["Id"], "python", "-c", "import os; print(os.stat('/proc/1').st_uid)"]).stdout
-    if config.get("User") in ("", "root", "0") or uid.strip() == "0":
-        raise CheckFailed(f"the API runs as {config.get('User') or 'root'} (process 1 uid {uid.strip()})")
-    # /var/tmp is writable by anyone in a Debian image: only a read-only root refuses it; /tmp is compose's tmpfs.
-    probe = "import sys; open(sys.argv[1], 'w').write('x')"
-    write = run(["docker", "exec", api["Id"], "python", "-c", probe, "/var/tmp/probe"], check=False).stderr.strip()
-    if not host.get("ReadonlyRootfs") or "Read-only file system" not in write:
-        raise CheckFailed(f"the API's root is not read-only (ReadonlyRootfs {host.get('ReadonlyRootfs')}): {write!r}")
-    run(["docker", "exec", api["Id"], "python", "-c", probe, "/tmp/probe"])
-    if host.get("CapDrop") != ["ALL"] or "no-new-privileges:true" not in (host.get("SecurityOpt") or []):
-        raise CheckFailed(f"the API keeps capabilities or privileges: {host.get('CapDrop')}, {host.get('SecurityOpt')}")
+    processes = check_unprivileged("API", api, "python", "nobody")
     passed(
-        f"the API runs as {config['User']} (process 1 uid {uid.strip()}) on a read-only root (writing /var/tmp fails: "
+        f"the API runs as {api['Config']['User']}: {processes}, on a read-only root (writing /var/tmp fails: "
         "Read-only file system; /tmp, a tmpfs, takes a file), no capabilities, no new privileges"
+    )
+    processes = check_unprivileged("Triton", triton, "python3", f"{TRITON_UID}:{TRITON_UID}", first="tritonserver")
+    named = run(["docker", "exec", triton["Id"], "id", "-un"]).stdout.strip()
+    if named != TRITON_USER:
+        raise CheckFailed(f"uid {TRITON_UID} in the Triton image is {named!r}, not {TRITON_USER} (NVIDIA's image's)")
+    passed(
+        f"Triton runs as {TRITON_USER} ({triton['Config']['User']}): {processes}, process 1 tritonserver, on a "
+        "read-only root (writing /var/tmp fails; /tmp, a tmpfs, takes a file), no capabilities, no new privileges"
     )
 
     absent = "import importlib.util as u, sys; sys.exit(u.find_spec('tritonclient') is not None)"
@@ -427,7 +524,8 @@ def main(argv=None) -> int:
     started = time.monotonic()
     engine = Engine()
     models = WORK / "models"
-    env = dict(os.environ, FOOD11_CHECK_MODELS=str(models))
+    key = admin.new_key()  # the operator's key, as compose reads it from `.env` or the environment
+    env = dict(os.environ, FOOD11_CHECK_MODELS=str(models), **{admin.KEY_ENV: key})
     brought_up = False
     failed = True
     try:
@@ -450,6 +548,7 @@ def main(argv=None) -> int:
         passed(f"both images built from Dockerfile.triton and Dockerfile.api and up in {time.monotonic() - step:.0f} s")
         health_report(env)
         caption_through_the_api()
+        check_admin_key(key, env)
         check_containers(env)
         failed = False
     except KeyboardInterrupt:

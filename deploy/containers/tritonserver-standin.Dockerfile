@@ -10,6 +10,10 @@
 #   /opt/tritonserver/lib/                          the server's shared libraries (the wheel's
 #                                                   nvidia_pytriton.libs), found through ld.so.conf.d
 #   python3, pip (PEP 668: --break-system-packages), numpy installed by pip, curl
+#   user triton-server (uid, gid 1000)              owning /opt/tritonserver, as in NVIDIA's image (its build.py
+#                                                   at v2.60.0, Triton 25.08: `useradd triton-server`, ids asserted
+#                                                   1000:1000, the server copied --chown=1000:1000); the image's
+#                                                   default user stays root, as there
 #
 # Not here (docs/deployment.md says what that leaves unverified): CUDA and a GPU, Ubuntu 24.04 and its
 # Python 3.12, the native onnxruntime and TensorRT backends, NVIDIA's entrypoint.
@@ -46,6 +50,12 @@ RUN set -eux; \
     ldconfig; \
     rm -rf "$work"
 RUN pip install --no-cache-dir --break-system-packages "$BASE_NUMPY"
+# NVIDIA's unprivileged user, with the same name and ids (Dockerfile.triton runs the server as it). No home
+# directory, as `useradd` without -m makes it there.
+ENV TRITON_SERVER_USER=triton-server
+RUN groupadd --gid 1000 triton-server \
+    && useradd --uid 1000 --gid 1000 --no-create-home triton-server \
+    && chown -R 1000:1000 /opt/tritonserver
 ENV PATH=/opt/tritonserver/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # Fails the build if a shared library of the server, the Python backend or its stub is missing.
 RUN ldd /opt/tritonserver/bin/tritonserver /opt/tritonserver/backends/python/libtriton_python.so \

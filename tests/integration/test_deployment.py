@@ -1,10 +1,13 @@
 """What can be checked here of the containers and the Kubernetes manifests without Docker, a GPU or a
 cluster: the classifier's native-backend configs, the Dockerfiles' bases, extras and paths, the Triton
-image's extra against NVIDIA's Python, compose against the compose-spec schema (and what the container check
-changes of it), the manifests against Kubernetes'. The images themselves are built and run by
-`make container-check` (deploy/containers/check.py), which needs a Docker engine."""
+image's extra against NVIDIA's Python, its unprivileged user and its command (the admin APIs behind a key, run
+with a stand-in tritonserver), compose against the compose-spec schema (and what the container check changes of
+it), the manifests against Kubernetes' (the pods unprivileged, who the NetworkPolicies admit). The images
+themselves are built and run by `make container-check` (deploy/containers/check.py), which needs a Docker
+engine."""
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -23,6 +26,7 @@ from ruamel.yaml import YAML
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.loading import parse_config
 from pipeline_src.repository.validate import validate_repository
+from pipeline_src.serving import admin
 from pipeline_src.serving.launcher import TritonServer, TritonStartError, free_ports
 
 REPOSITORY = PROJECT_ROOT / "model_repository"
@@ -32,6 +36,11 @@ VARIANT_NAMES = sorted({path.stem for path in VARIANTS})
 K8S = PROJECT_ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.33.0"  # the oldest release still supported upstream when this was written
 TRITON_IMAGE_PYTHON = "3.12"  # nvcr.io/nvidia/tritonserver:25.08-py3 (Dockerfile.triton says why)
+# NVIDIA's unprivileged user in its Triton images: build.py at v2.60.0 (25.08) runs `useradd triton-server` and
+# asserts uid and gid 1000. Dockerfile.triton runs the server as it; the stand-in base creates the same.
+TRITON_USER, TRITON_UID = "triton-server", 1000
+API_UID = 65534  # nobody, Dockerfile.api's USER
+ADMIN_SECRET = "food11-triton-admin"  # the Kubernetes Secret holding the admin key (optional)
 
 
 def interface(config) -> tuple:
@@ -175,6 +184,89 @@ def test_every_path_a_dockerfile_copies_exists_and_is_not_docker_ignored(name):
         assert source not in ignored, f"{name} copies {source}, which .dockerignore leaves out"
 
 
+def instructions(name: str) -> list[tuple[str, str]]:
+    """A Dockerfile's instructions, (KEYWORD, rest), continuation lines joined as Docker joins them."""
+    text = dockerfile(name).replace("\\\n", "")
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line.strip() else "")
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def test_the_triton_image_runs_as_nvidias_unprivileged_user():
+    steps = instructions("Dockerfile.triton")
+    last_from = max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM")
+    users = [rest for keyword, rest in steps[last_from:] if keyword == "USER"]
+    assert users == [f"{TRITON_UID}:{TRITON_UID}"]  # numeric: Kubernetes' runAsNonRoot can check it
+    # the base must bring the user, with those ids (asserted at build time), and the final stage checks as that user
+    # that the steps import and every model file is readable
+    text = dockerfile("Dockerfile.triton")
+    assert f'"$(id -u {TRITON_USER}):$(id -g {TRITON_USER})" = {TRITON_UID}:{TRITON_UID}' in text
+    after_user = [rest for keyword, rest in steps[last_from:] if keyword == "RUN"]
+    assert any("find /models" in rest and "! -readable" in rest for rest in after_user)
+    standin = (PROJECT_ROOT / "deploy" / "containers" / "tritonserver-standin.Dockerfile").read_text()
+    assert f"groupadd --gid {TRITON_UID} {TRITON_USER}" in standin
+    assert f"useradd --uid {TRITON_UID} --gid {TRITON_UID} --no-create-home {TRITON_USER}" in standin
+
+
+def triton_command() -> str:
+    (cmd,) = [rest for keyword, rest in instructions("Dockerfile.triton") if keyword == "CMD"]
+    shell, flag, script = json.loads(cmd)
+    assert (shell, flag) == ("sh", "-c")
+    return script
+
+
+def start_command(tmp_path: Path, environment: dict[str, str]) -> subprocess.CompletedProcess:
+    """Dockerfile.triton's command under `sh`, with a tritonserver that prints its arguments and whether the key's
+    variable reached it."""
+    fake = tmp_path / "bin" / "tritonserver"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@"\necho "env:${{{admin.KEY_ENV}-unset}}"\n')
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "TRITON_CONFIG": "onnxruntime", "TRITON_ARGS": ""}
+    return subprocess.run(["sh", "-c", triton_command()], env={**env, **environment}, capture_output=True, text=True)
+
+
+def test_the_triton_command_restricts_the_admin_apis_to_the_operators_key(tmp_path):
+    """The shell copy of admin.restricted_args: the same flags, groups and header, with FOOD11_TRITON_ADMIN_KEY."""
+    key = admin.new_key()
+    started = start_command(tmp_path, {admin.KEY_ENV: key, "TRITON_ARGS": "--http-address=127.0.0.1 --log-verbose=1"})
+    assert started.returncode == 0 and started.stderr == "", started.stderr
+    assert started.stdout.splitlines() == [
+        "--model-repository=/models",
+        "--model-config-name=onnxruntime",
+        *admin.restricted_args(key),
+        "--http-address=127.0.0.1",  # TRITON_ARGS still split on spaces, last
+        "--log-verbose=1",
+        "env:unset",  # the steps do not inherit the key
+    ]
+
+
+@pytest.mark.parametrize("setting", [None, ""], ids=["unset", "empty"])
+def test_without_a_key_the_admin_apis_close_behind_a_random_one(tmp_path, setting):
+    environment = {} if setting is None else {admin.KEY_ENV: setting}
+    keys = []
+    for _ in range(2):
+        started = start_command(tmp_path, environment)
+        assert started.returncode == 0 and started.stderr == ""  # nothing printed: the key is told to no one
+        arguments = started.stdout.splitlines()
+        (http,) = [argument for argument in arguments if argument.startswith("--http-restricted-api=")]
+        key = http.rsplit("=", 1)[1]
+        assert re.fullmatch(r"[0-9a-f]{64}", key), key  # 32 bytes of /dev/urandom
+        assert arguments[2:4] == list(admin.restricted_args(key))
+        keys.append(key)
+    assert keys[0] != keys[1]
+
+
+@pytest.mark.parametrize("key", ["two words", "a,b", "a:b", "a=b"])
+def test_a_key_triton_cannot_parse_stops_the_container(tmp_path, key):
+    started = start_command(tmp_path, {admin.KEY_ENV: key})
+    assert started.returncode == 64 and started.stdout == "" and admin.KEY_ENV in started.stderr
+    with pytest.raises(ValueError):  # the module refuses the same keys
+        admin.restricted_args(key)
+
+
 def pypi_reachable() -> bool:
     try:
         with urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=10):
@@ -286,6 +378,18 @@ def test_compose_runs_triton_on_a_gpu_and_the_api_after_it_is_healthy():
     assert api["cap_drop"] == ["ALL"] and api["security_opt"] == ["no-new-privileges:true"]
     for port in triton["ports"] + api["ports"]:  # published on loopback unless FOOD11_PUBLISH says otherwise
         assert port.startswith("${FOOD11_PUBLISH:-127.0.0.1}:")
+
+
+def test_compose_runs_triton_unprivileged_with_the_operators_admin_key():
+    triton = load_compose("compose.yaml")["services"]["triton"]
+    # from `.env` beside compose.yaml or the environment; empty: the image's command makes a random key
+    assert triton["environment"][admin.KEY_ENV] == f"${{{admin.KEY_ENV}:-}}"
+    # the image's user (no `user:` to override it), a read-only root, /tmp in memory (the Python backend needs it),
+    # /dev/shm the shm_size tmpfs, no capabilities, no new privileges (the container check runs it so)
+    assert "user" not in triton
+    assert triton["read_only"] is True and triton["tmpfs"] == ["/tmp:size=64m"] and triton["shm_size"] == "1gb"
+    assert triton["cap_drop"] == ["ALL"] and triton["security_opt"] == ["no-new-privileges:true"]
+    assert not set(triton) & {"privileged", "cap_add", "user", "userns_mode", "pid", "ipc"}
 
 
 def test_the_cpu_variant_is_the_same_stack_without_the_gpu():
@@ -415,3 +519,126 @@ def test_triton_pods_have_gpu_probes_shm_and_an_autoscaler_on_their_queue():
     (metric,) = hpa["spec"]["metrics"]
     adapter = by_kind("ConfigMap")["food11-prometheus-adapter-rules"]["data"]["config.yaml"]
     assert metric["pods"]["metric"]["name"] in adapter
+
+
+def pod_spec(deployment: str) -> dict:
+    return by_kind("Deployment")[deployment]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(("deployment", "uid"), [("food11-triton", TRITON_UID), ("food11-api", API_UID)])
+def test_every_pod_runs_unprivileged_on_a_read_only_root(deployment, uid):
+    pod = pod_spec(deployment)
+    for container in pod["containers"]:
+        effective = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+        assert effective["runAsNonRoot"] is True
+        assert effective["runAsUser"] == uid and effective["runAsGroup"] == uid  # the image's USER
+        assert effective["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert effective["allowPrivilegeEscalation"] is False and effective["readOnlyRootFilesystem"] is True
+        assert effective["capabilities"] == {"drop": ["ALL"]}
+        assert not effective.get("privileged")
+        # /tmp writable in memory (the Python backend makes a directory there at start)
+        (tmp,) = [mount for mount in container["volumeMounts"] if mount["mountPath"] == "/tmp"]
+        (volume,) = [volume for volume in pod["volumes"] if volume["name"] == tmp["name"]]
+        assert volume["emptyDir"]["medium"] == "Memory"
+
+
+def test_triton_takes_the_admin_key_from_an_optional_secret():
+    (container,) = pod_spec("food11-triton")["containers"]
+    (entry,) = [item for item in container["env"] if item["name"] == admin.KEY_ENV]
+    # no Secret: the variable is unset and the pod starts with a random key (the admin APIs closed)
+    assert entry["valueFrom"] == {"secretKeyRef": {"name": ADMIN_SECRET, "key": "key", "optional": True}}
+    assert "Secret" not in {document["kind"] for _, document in manifests()}  # no key in the repository
+    assert f"create secret generic {ADMIN_SECRET} --from-literal=key=" in (K8S / "triton-deployment.yaml").read_text()
+    assert "args" not in container and "command" not in container  # the image's command, which applies the key
+
+
+# NetworkPolicy: who may connect, evaluated as Kubernetes does (a pod selected by an Ingress policy accepts what
+# some rule of some policy selecting it admits; a peer with podSelector alone is a pod of the policy's namespace,
+# with namespaceSelector alone any pod of the matching namespaces, with both a pod matching both).
+
+NAMESPACE = {"kubernetes.io/metadata.name": "food11"}
+MONITORING = {"kubernetes.io/metadata.name": "monitoring"}
+OTHER = {"kubernetes.io/metadata.name": "elsewhere"}
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    assert set(selector) <= {"matchLabels"}, "matchLabels only (what this evaluator knows)"
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def pod_labels(deployment: str) -> dict:
+    return by_kind("Deployment")[deployment]["spec"]["template"]["metadata"]["labels"]
+
+
+def container_ports(deployment: str) -> dict[str, int]:
+    return {port["name"]: port["containerPort"] for c in pod_spec(deployment)["containers"] for port in c["ports"]}
+
+
+def peer_matches(peer: dict, namespace: dict, labels: dict) -> bool:
+    assert set(peer) <= {"podSelector", "namespaceSelector"}, peer
+    if "namespaceSelector" in peer:
+        in_namespace = selects(peer["namespaceSelector"], namespace)
+    else:
+        in_namespace = namespace == NAMESPACE
+    return in_namespace and selects(peer.get("podSelector", {}), labels)
+
+
+def admitted(deployment: str, port: int, namespace: dict, labels: dict) -> bool:
+    """Would a pod with ``labels`` in ``namespace`` reach ``deployment``'s pods on TCP ``port``?"""
+    target, ports = pod_labels(deployment), container_ports(deployment)
+    policies = [p for p in by_kind("NetworkPolicy").values() if selects(p["spec"]["podSelector"], target)]
+    assert all("Ingress" in policy["spec"]["policyTypes"] for policy in policies)
+    for policy in policies:
+        for rule in policy["spec"].get("ingress", []):
+            rule_ports = [ports.get(p["port"], p["port"]) for p in rule.get("ports", [])]
+            if rule.get("ports") and port not in rule_ports:
+                continue
+            if not rule.get("from") or any(peer_matches(peer, namespace, labels) for peer in rule["from"]):
+                return True
+    return not policies  # no policy selects it: open
+
+
+def test_the_namespace_denies_ingress_by_default():
+    policies = by_kind("NetworkPolicy")
+    (deny,) = [name for name, policy in policies.items() if policy["spec"]["podSelector"] == {}]
+    assert policies[deny]["spec"]["policyTypes"] == ["Ingress"] and not policies[deny]["spec"].get("ingress")
+    # Every other policy selects the pods of one Deployment, on ports those pods have, and names TCP.
+    for name, policy in policies.items():
+        if name == deny:
+            continue
+        (target,) = [d for d in by_kind("Deployment") if selects(policy["spec"]["podSelector"], pod_labels(d))]
+        for rule in policy["spec"]["ingress"]:
+            for port in rule["ports"]:
+                assert port["protocol"] == "TCP", name
+                assert port["port"] in {*container_ports(target), *container_ports(target).values()}, (name, port)
+
+
+def test_triton_accepts_grpc_from_the_api_and_metrics_from_the_scraper_only():
+    api, stranger = pod_labels("food11-api"), {"app.kubernetes.io/name": "something-else"}
+    triton_ports = container_ports("food11-triton")
+    grpc, http, metrics = triton_ports["grpc"], triton_ports["http"], triton_ports["metrics"]
+    # the port the API dials (FOOD11_API_TRITON_URL) is the one admitted
+    (api_container,) = pod_spec("food11-api")["containers"]
+    target = {item["name"]: item.get("value") for item in api_container["env"]}["FOOD11_API_TRITON_URL"]
+    assert int(target.rsplit(":", 1)[1]) == grpc
+    assert admitted("food11-triton", grpc, NAMESPACE, api)
+    assert not admitted("food11-triton", grpc, NAMESPACE, stranger)
+    assert not admitted("food11-triton", grpc, OTHER, api)  # the API's labels in another namespace
+    assert not admitted("food11-triton", grpc, MONITORING, stranger)
+    for source in ((NAMESPACE, api), (NAMESPACE, stranger), (MONITORING, stranger), (OTHER, stranger)):
+        assert not admitted("food11-triton", http, *source)  # HTTP (the admin APIs among it): nobody
+    assert admitted("food11-triton", metrics, MONITORING, stranger)
+    assert not admitted("food11-triton", metrics, OTHER, stranger)
+    assert not admitted("food11-triton", metrics, NAMESPACE, api)
+    annotations = by_kind("Deployment")["food11-triton"]["spec"]["template"]["metadata"]["annotations"]
+    assert int(annotations["prometheus.io/port"]) == metrics
+
+
+def test_the_api_is_the_one_entry_from_anywhere():
+    api_port = container_ports("food11-api")["http"]
+    stranger = {"app.kubernetes.io/name": "something-else"}
+    for namespace in (NAMESPACE, MONITORING, OTHER):
+        assert admitted("food11-api", api_port, namespace, stranger)
+    assert not admitted("food11-api", api_port + 1, OTHER, stranger)
+    service = by_kind("Service")["food11-api"]
+    assert [port["port"] for port in service["spec"]["ports"]] == [api_port]

@@ -1,5 +1,6 @@
 """The adaptive in-flight limit: Little's law on recent answers, the deadline's share as the latency target,
-the configured bounds as guard rails, Retry-After from the drain time. A clock the test moves: no sleeps."""
+the configured bounds as guard rails, Retry-After from the drain time, each caller's share. A clock the test
+moves: no sleeps."""
 
 import pytest
 
@@ -14,9 +15,17 @@ class Clock:
         return self.now
 
 
-def limit_with(target_s=30.0, min_limit=1, max_limit=64, smoothing=0.25, unmeasured_retry_after_s=2):
+def limit_with(target_s=30.0, min_limit=1, max_limit=64, smoothing=0.25, unmeasured_retry_after_s=2, caller_share=1.0):
     clock = Clock()
-    limit = AdaptiveLimit(target_s, min_limit, max_limit, unmeasured_retry_after_s, smoothing=smoothing, clock=clock)
+    limit = AdaptiveLimit(
+        target_s,
+        min_limit,
+        max_limit,
+        unmeasured_retry_after_s,
+        caller_share=caller_share,
+        smoothing=smoothing,
+        clock=clock,
+    )
     return limit, clock
 
 
@@ -128,3 +137,46 @@ def test_a_batchs_unequal_waits_do_not_inflate_the_rate():
         for ticket in tickets:
             limit.finished(ticket, answered=True)
     assert 0.5 <= limit.rate_per_s <= 0.7
+
+
+def test_a_caller_holds_at_most_its_share_while_the_others_are_still_let_in():
+    """A limit of 4 and a share of 0.5: one caller holds 2, whoever else asks; past the limit itself every
+    caller is refused, with the overload's reason rather than the share's."""
+    limit = AdaptiveLimit(30.0, 4, 4, unmeasured_retry_after_s=2, caller_share=0.5)
+    assert limit.caller_limit == 2
+    flooding = [limit.try_admit("alice") for _ in range(2)]
+    assert None not in flooding
+    assert limit.try_admit("alice") is None and limit.refused_by("alice") == "caller_share"
+    assert limit.why_full("alice") == (
+        "this caller's share is full: alice has 2 requests in flight, its share (0.5) of this API's limit of 4"
+    )
+    steady = limit.try_admit("bob")
+    assert steady is not None and steady.caller == "bob" and not limit.caller_share_full("bob")
+    assert limit.try_admit("carol") is not None  # the limit is full now: 4 in flight
+    assert limit.try_admit("dave") is None and limit.refused_by("dave") == "api"
+    assert limit.why_full("dave").startswith("this API serves 4 requests")
+    assert limit.refused_by("alice") == "api"  # her share is full too, but the limit is what refuses now
+    limit.finished(flooding[0])
+    assert limit.in_flight_by_caller["alice"] == 1 and limit.try_admit("alice") is not None
+
+
+def test_the_share_follows_the_limit_and_is_never_below_one_request():
+    limit, clock = limit_with(target_s=30.0, caller_share=0.5)
+    assert limit.limit == 1 and limit.caller_limit == 1  # floor(0.5) would lock every caller out
+    answer_batch(limit, clock, 1, 3.0)  # 1/3 per second: a limit of 10
+    assert limit.limit == 10 and limit.caller_limit == 5
+    whole = AdaptiveLimit(30.0, 6, 6, unmeasured_retry_after_s=2, caller_share=1.0)
+    assert whole.caller_limit == 6
+
+
+def test_requests_without_a_caller_count_against_no_share():
+    """Keys off: no request names a caller, and the limit alone applies."""
+    limit = AdaptiveLimit(30.0, 3, 3, unmeasured_retry_after_s=2, caller_share=0.34)
+    assert [limit.try_admit() is not None for _ in range(4)] == [True, True, True, False]
+    assert not limit.caller_share_full(None) and not limit.in_flight_by_caller
+
+
+@pytest.mark.parametrize("share", [0.0, -0.5, 1.5])
+def test_a_caller_share_outside_0_to_1_is_refused(share):
+    with pytest.raises(ValueError, match="caller_share"):
+        AdaptiveLimit(30.0, 1, 4, unmeasured_retry_after_s=2, caller_share=share)
