@@ -20,7 +20,31 @@ def bytes_rows(values: Sequence[str | bytes]) -> np.ndarray:
 
 
 class BatchContractError(RuntimeError):
-    """A step's compute broke its contract: outputs other than those declared, or other row counts."""
+    """A step's compute broke its contract: outputs other than those declared, other row counts or types."""
+
+
+# The numpy type each config data_type travels as; BYTES (TYPE_STRING) as objects (bytes) or fixed-size bytes.
+NUMPY_TYPES = {
+    "TYPE_BOOL": "bool",
+    **{f"TYPE_{kind.upper()}{bits}": f"{kind}{bits}" for kind in ("int", "uint") for bits in (8, 16, 32, 64)},
+    **{f"TYPE_FP{bits}": f"float{bits}" for bits in (16, 32, 64)},
+}
+BYTES_KINDS = ("O", "S")  # numpy's kinds a TYPE_STRING output may have
+
+
+def type_problem(name: str, array: np.ndarray, data_type: str) -> str | None:
+    """What is wrong with ``array``'s numpy type as the output ``name`` its config declares ``data_type``."""
+    dtype = np.asarray(array).dtype
+    if data_type == "TYPE_STRING":
+        fits, wanted = dtype.kind in BYTES_KINDS, "bytes"
+    elif data_type in NUMPY_TYPES:
+        wanted = NUMPY_TYPES[data_type]
+        fits = dtype == np.dtype(wanted)
+    else:
+        return None  # a type numpy does not hold (TYPE_BF16): Triton itself checks it
+    if fits:
+        return None
+    return f"output {name} is {dtype}, its config declares {data_type} ({wanted}): cast it in the step"
 
 
 def stack_requests(arrays: Sequence[np.ndarray]) -> np.ndarray:
@@ -33,11 +57,13 @@ def split_rows(batch: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
     return np.split(batch, np.cumsum(sizes)[:-1])
 
 
-def check_outputs(outputs: Arrays, declared: Collection[str], rows: int) -> None:
-    """BatchContractError unless ``outputs`` holds exactly the ``declared`` names, each with ``rows`` rows.
+def check_outputs(outputs: Arrays, declared: Collection[str] | Mapping[str, str], rows: int) -> None:
+    """BatchContractError unless ``outputs`` holds exactly the ``declared`` names, each with ``rows`` rows, and,
+    where ``declared`` maps each name to its config's data_type, each in that type.
 
-    Without it, a misspelt output vanishes from the answer without a word, and an output with a row too
-    few or too many shifts every later request's rows onto its neighbour's."""
+    Without it, a misspelt output vanishes from the answer without a word, an output with a row too few or too
+    many shifts every later request's rows onto its neighbour's, and an int64 under an INT32 config goes out as
+    INT64 (Triton's Python backend sends the array's own type)."""
     problems = []
     if undeclared := sorted(set(outputs) - set(declared)):
         problems.append(f"returned but not declared: {', '.join(undeclared)}")
@@ -49,15 +75,17 @@ def check_outputs(outputs: Arrays, declared: Collection[str], rows: int) -> None
         if np.ndim(array) == 0 or len(array) != rows:
             got = "a scalar" if np.ndim(array) == 0 else f"{len(array)} rows"
             raise BatchContractError(f"output {name} has {got} for {rows} input rows: one row per input row")
+        if isinstance(declared, Mapping) and (problem := type_problem(name, array, declared[name])):
+            raise BatchContractError(problem)
 
 
 def compute_stacked(
     requests: Sequence[Arrays],
     compute: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]],
-    declared_outputs: Collection[str],
+    declared_outputs: Collection[str] | Mapping[str, str],
 ) -> list[dict[str, np.ndarray]]:
     """Each request's outputs, in order, from one ``compute`` over all requests' rows stacked input by
-    input. ``declared_outputs``: the names the step's config declares (checked by ``check_outputs``)."""
+    input. ``declared_outputs``: the names the step's config declares, with their data_type (``check_outputs``)."""
     inputs = list(requests[0])
     stacked = {name: stack_requests([request[name] for request in requests]) for name in inputs}
     sizes = [len(request[inputs[0]]) for request in requests]

@@ -9,7 +9,7 @@ makes it by BLS), so this runs and is unit-tested without Triton.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,7 +66,8 @@ class LabelAndCaption:
     settings: LabelAndCaptionSettings
     models: str  # JSON, which models answer (pipeline_src.provenance.served): every row names them
     warn: Callable[[str], None]  # the step's logger: a captioner's failure is logged, not only answered
-    declared_outputs: Sequence[str] = OUTPUTS  # the config's: an answer must hold these, one row per photo
+    # The config's outputs (with their data_type inside Triton): an answer holds these, one row per photo.
+    declared_outputs: Collection[str] | Mapping[str, str] = OUTPUTS
 
     async def answer(
         self, logits: np.ndarray, call_captioner: CaptionerCall, time_left_us: int = 0

@@ -27,7 +27,8 @@ class StepContext:
         self.on_gpu = args["model_instance_kind"] == "GPU"
         self.device_id = int(args["model_instance_device_id"])
         self.logger = pb_utils.Logger
-        self.output_names: list[str] = [output["name"] for output in self.config.get("output", [])]
+        # Each output's config data_type ("TYPE_FP32", ...): every answer is held to the names and the types.
+        self.outputs: dict[str, str] = {output["name"]: output["data_type"] for output in self.config.get("output", [])}
 
     def error(self, message: str, code: int | None = None) -> pb_utils.InferenceResponse:
         """A response that fails this request alone (INVALID_ARG unless ``code`` says otherwise),
@@ -82,7 +83,7 @@ def answer_stacked(
     try:
         answers = [
             pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, rows) for name, rows in outputs.items()])
-            for outputs in compute_stacked(arrays, compute, step.output_names)
+            for outputs in compute_stacked(arrays, compute, step.outputs)
         ]
     except Exception as exc:  # the batched run failed: INTERNAL, reported per request
         answers = step.internal_errors([requests[index] for index in served], exc)

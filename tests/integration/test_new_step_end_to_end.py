@@ -157,6 +157,23 @@ def test_the_new_outputs_reach_the_client_the_cli_the_api_and_its_schema(server,
     assert extra[BRIGHTNESS]["type"] == "number"
 
 
+def test_an_output_in_another_type_than_the_configs_fails_naming_the_step_the_tensor_and_both_types(server, extended):
+    _, repository = extended
+    logic, cast = repository / STEP / LOGIC, ".reshape(-1, 1).astype(np.float32)"
+    edit(logic, cast, ".reshape(-1, 1).astype(np.float64)")
+    try:
+        with admin_client(server) as raw:
+            raw.load_model(STEP)
+        with Food11Client(server.grpc_url, timeout_s=120) as client, pytest.raises(PipelineError) as failure:
+            client.caption([APPLE])
+    finally:
+        edit(logic, ".reshape(-1, 1).astype(np.float64)", cast)
+        with admin_client(server) as raw:
+            raw.load_model(STEP)
+    assert f"{STEP}: " in str(failure.value)
+    assert f"output {SHARPNESS} is float64, its config declares TYPE_FP32 (float32)" in str(failure.value)
+
+
 def test_a_misspelt_output_fails_naming_the_step_and_the_tensor(server, extended):
 
     _, repository = extended

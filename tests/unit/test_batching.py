@@ -1,6 +1,8 @@
 """The batching core every step shares: requests stacked, computed once, split back in order, and a
 compute that breaks the output contract refused rather than answered with another request's rows."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -49,3 +51,30 @@ def test_an_undeclared_output_name_is_named():
 def test_a_scalar_output_is_refused():
     with pytest.raises(BatchContractError, match="output Y has a scalar"):
         compute_stacked([{"X": rows(1)}], lambda batch: {"Y": np.float32(1)}, ["Y"])
+
+
+@pytest.mark.parametrize(
+    ("returned", "declared", "message"),
+    [
+        (np.zeros((1, 1), dtype=np.int64), "TYPE_INT32", "output Y is int64, its config declares TYPE_INT32 (int32)"),
+        (np.zeros((1, 1)), "TYPE_FP32", "output Y is float64, its config declares TYPE_FP32 (float32)"),
+        (np.zeros((1, 1), dtype=np.float32), "TYPE_STRING", "output Y is float32, its config declares TYPE_STRING"),
+    ],
+)
+def test_an_output_in_another_type_than_the_configs_is_named_with_both_types(returned, declared, message):
+    # Without the check Triton's Python backend sends the array's own type: an INT64 where clients expect INT32.
+    with pytest.raises(BatchContractError, match="^" + re.escape(message)):
+        compute_stacked([{"X": rows(1)}], lambda batch: {"Y": returned}, {"Y": declared})
+
+
+def test_outputs_in_the_configs_types_pass_bytes_as_objects_or_fixed_size():
+    declared = {"F": "TYPE_FP32", "I": "TYPE_INT32", "O": "TYPE_STRING", "S": "TYPE_STRING", "B": "TYPE_BF16"}
+    outputs = {
+        "F": rows(1),
+        "I": np.ones((1, 1), dtype=np.int32),
+        "O": np.array([[b"x"]], dtype=np.object_),
+        "S": np.array([[b"x"]]),
+        "B": np.ones((1, 1), dtype=np.float32),  # a type numpy does not hold: left to Triton
+    }
+    (answer,) = compute_stacked([{"X": rows(1)}], lambda batch: outputs, declared)
+    assert set(answer) == set(declared)

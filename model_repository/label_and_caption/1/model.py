@@ -20,7 +20,7 @@ class TritonPythonModel:
         models = identity_json(self.step.repository)
         self.step.logger.log_info(f"{self.step.name}: every answer names the models {models}")
         warn = lambda message: self.step.logger.log_warn(f"{self.step.name}: {message}")  # noqa: E731
-        self.logic = LabelAndCaption(settings, models, warn, declared_outputs=self.step.output_names)
+        self.logic = LabelAndCaption(settings, models, warn, declared_outputs=self.step.outputs)
 
     async def execute(self, requests):
         # The captioner calls of all requests are in flight at once; its dynamic batcher merges them.
