@@ -85,7 +85,10 @@ def test_batching_steps_batch_dynamically():
 
 
 def tensors(tensor_list) -> dict:
-    return {tensor.name: (tensor.data_type, list(tensor.dims)) for tensor in tensor_list}
+    """Each tensor's (data type, dims), the type by its config name (TYPE_FP32), so that a mismatch reads as such."""
+    return {
+        tensor.name: (model_config_pb2.DataType.Name(tensor.data_type), list(tensor.dims)) for tensor in tensor_list
+    }
 
 
 @pytest.mark.parametrize("ensemble", ENSEMBLES)
@@ -164,7 +167,7 @@ def test_warm_up_requests_fit_their_step(name):
     inputs = tensors(config.input)
     (warmup,) = config.model_warmup
     for input_name, data in warmup.inputs.items():
-        assert (data.data_type, list(data.dims)) == inputs[input_name]
+        assert (model_config_pb2.DataType.Name(data.data_type), list(data.dims)) == inputs[input_name]
         if data.input_data_file:
             raw = (REPOSITORY / name / "warmup" / data.input_data_file).read_bytes()
             assert int.from_bytes(raw[:4], "little") == len(raw) - 4  # one BYTES element: length, then bytes
