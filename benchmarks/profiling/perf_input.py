@@ -6,15 +6,19 @@ each of its inputs, and that tensor is computed here, from the photos, by the st
 this process with their own code and their config's settings:
 
 - ``preprocess`` (the real decoding and resizing), the ONNX steps (``OnnxStepSettings``: the classifier, the
-  vision encoder), ``label_and_caption``'s label and probabilities and the prompt it sends the captioner,
-  ``top_labels``;
+  vision encoder), ``label_and_caption``'s label, probabilities and status and the prompt it sends the
+  captioner, ``top_labels``;
+- a BLS caller's output that its callee makes (``label_and_caption``'s CAPTION, the captioner's), only when a
+  step needs it: the callee (the captioner, on ONNX Runtime, as ``InProcessPipeline`` runs it) is run here on
+  what the caller sends it, and how long that took is printed, so a step after the BLS step gets data too;
 - any step whose settings class's module has ``compute(batch, settings)`` returning a dict of outputs (what
   ``food11-new-step`` writes), so a step fed by a step of yours gets data too;
 - a BLS callee (the captioner) gets what its caller sends: the caller's own input where it forwards it, else
   what the caller's code computes (``label_and_caption``'s prompts).
 
-What cannot be computed here (a tensor only the captioner makes, a step whose code has no ``compute``, a
-model no ensemble feeds) is named, with the reason, in what ``write_all`` returns and the command prints.
+What cannot be computed here (a step whose code has no ``compute``, a model no ensemble feeds, a captioner
+whose model files are missing) is named, with the reason and what to do, in what ``write_all`` returns and
+the command prints.
 Encodings, as perf_analyzer's docs/input_data.md gives them: a numeric tensor as base64 of its little-endian
 bytes; a BYTES tensor as base64 of its elements, each a 4-byte little-endian length then the bytes (the form
 Triton serialises them in).
@@ -27,6 +31,7 @@ import base64
 import importlib
 import json
 import struct
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,13 +40,16 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from pipeline_src import PROJECT_ROOT, contract
+from pipeline_src.provenance.served import identity_json
 from pipeline_src.repository.loading import ModelEntry, parse_config
 from pipeline_src.repository.step_settings import stub_import_path
 from pipeline_src.steps.batching import bytes_rows
+from pipeline_src.steps.bls import BlsCall
 from pipeline_src.steps.classification import plan_captions
 from pipeline_src.steps.imaging import image_tensors
-from pipeline_src.steps.label_and_caption import LOGITS, PROMPT_SENT, label_outputs
+from pipeline_src.steps.label_and_caption import CAPTION_READ, EMBEDS_SENT, LOGITS, PROMPT_SENT, label_outputs
 from pipeline_src.steps.settings import (
+    CaptionerSettings,
     LabelAndCaptionSettings,
     OnnxStepSettings,
     PreprocessSettings,
@@ -52,6 +60,10 @@ from pipeline_src.steps.top_labels import TopLabelsSettings, top_labels
 
 PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif"}
 DEFAULT_OUTPUT = PROJECT_ROOT / "build" / "perf_input"
+WRITE_IT_YOURSELF = (
+    "to profile it anyway, write its input file yourself (the format: benchmarks/profiling/perf_input.py; "
+    "docs/profiling.md, 'A step this cannot feed')"
+)
 PHOTOS_INPUT = "IMAGE"  # the ensemble input the photos feed (pipeline_src.contract.IMAGE)
 STRING_TYPE = "TYPE_STRING"
 
@@ -135,12 +147,33 @@ def _onnx_runner(model: Model, settings: StepSettings) -> Runner:
 
 
 def _label_and_caption_runner(model: Model, settings: StepSettings) -> Runner:
-    """Its label and probabilities, and the prompt it sends the captioner (its caption needs the captioner)."""
+    """Its outputs but the caption, and the prompt it sends the captioner (``Tensors`` runs the captioner, only
+    when a step needs the caption: it takes seconds a photo)."""
     assert isinstance(settings, LabelAndCaptionSettings)
+    models = identity_json(model.directory.parent)
 
     def run(inputs: Mapping[str, np.ndarray]) -> Arrays:
         plans = plan_captions(inputs[LOGITS], settings.prompt_template, settings.confidence_threshold)
-        return {**label_outputs(plans.predictions), PROMPT_SENT.name: bytes_rows(plans.prompts)}  # sent by BLS
+        return {
+            **label_outputs(plans.predictions),
+            contract.CAPTION_STATUS: bytes_rows(plans.statuses),  # what it answers when the caption comes
+            contract.MODELS: bytes_rows([models] * len(plans.prompts)),
+            PROMPT_SENT.name: bytes_rows(plans.prompts),  # sent by BLS
+        }
+
+    return run
+
+
+def _captioner_runner(model: Model, settings: StepSettings) -> Runner:
+    """The captioner step's captioning on the CPU, as the in-process pipeline runs it (benchmarks.lib.in_process)."""
+    from pipeline_src.steps.captioning import GreedyCaptioner
+
+    assert isinstance(settings, CaptionerSettings)
+    captioner = GreedyCaptioner.from_settings(settings, model.directory / "1")
+
+    def run(inputs: Mapping[str, np.ndarray]) -> Arrays:
+        prompts = [prompt.decode("utf-8") for prompt in inputs[PROMPT_SENT.name].reshape(-1)]
+        return {CAPTION_READ.name: bytes_rows(captioner.caption(inputs[EMBEDS_SENT.name], prompts))}
 
     return run
 
@@ -169,13 +202,31 @@ def _compute_runner(model: Model, settings: StepSettings) -> Runner | None:
 SPECIAL_RUNNERS: dict[type[StepSettings], Callable[[Model, StepSettings], Runner]] = {
     PreprocessSettings: _preprocess_runner,
     LabelAndCaptionSettings: _label_and_caption_runner,
+    CaptionerSettings: _captioner_runner,
     TopLabelsSettings: _top_labels_runner,
     OnnxStepSettings: _onnx_runner,  # the classifier, the vision encoder, an ONNX step of yours
 }
-# What a runner does not compute, and why (the rest of the step's outputs: "does not compute it here").
-NOT_COMPUTED = {
-    "label_and_caption": "comes from the captioner, called by BLS (not run here: it needs the server, or minutes)",
-}
+
+
+def sent_by_call(call: BlsCall, caller_inputs: Mapping[str, np.ndarray], computed: Arrays) -> Arrays:
+    """What a BLS caller sends its callee: its own input where it forwards it, else what its code computed."""
+    missing = [t.name for t in call.inputs if not t.forwarded and t.name not in computed]
+    if missing:
+        raise Unfed(f"its code for {missing} is not run here")
+    return {t.name: caller_inputs[t.name] if t.forwarded else computed[t.name] for t in call.inputs}
+
+
+@dataclass(frozen=True)
+class CalleeRun:
+    """A BLS callee run here for its caller's answers (the captioner for label_and_caption's CAPTION)."""
+
+    callee: str
+    caller: str
+    photos: int
+    seconds: float
+
+    def text(self) -> str:
+        return f"ran {self.callee} here for {self.caller}'s answers to {self.photos} photos: {self.seconds:.1f} s"
 
 
 # --- an ensemble's tensors, from its wiring -----------------------------------------------------------------
@@ -189,6 +240,7 @@ class Tensors:
     photos: Sequence[bytes]
     runners: dict[str, Runner | str] = field(default_factory=dict)  # model -> runner, or why there is none
     results: dict[tuple, Arrays] = field(default_factory=dict)  # (model, its inputs' sources) -> its outputs
+    callee_runs: list[CalleeRun] = field(default_factory=list)
 
     def runner(self, name: str) -> Runner:
         if name not in self.runners:
@@ -244,27 +296,50 @@ class Tensors:
         model, output, inputs = source
         key = (model, inputs)
         if key not in self.results:
-            runner = self.runner(model)
-            try:
-                arguments = {name: self.value(input_source) for name, input_source in inputs}
-            except Unfed as exc:
-                raise Unfed(f"{model}'s input: {exc}") from None
-            try:
-                self.results[key] = runner(arguments)
-            except Exception as exc:  # a step's own code failing on these photos
-                raise Unfed(f"{model} failed here on these photos: {exc!r}") from exc
+            self.results[key] = self._run(model, self._arguments(model, inputs))
         outputs = self.results[key]
         if output not in outputs:
-            raise Unfed(f"{model}'s output '{output}' {NOT_COMPUTED.get(model, 'is not computed here')}")
+            outputs.update(self._callee_answers(model, output, inputs, outputs))
         return outputs[output]
+
+    def _arguments(self, model: str, inputs: tuple) -> Arrays:
+        try:
+            return {name: self.value(input_source) for name, input_source in inputs}
+        except Unfed as exc:
+            raise Unfed(f"{model}'s input: {exc}") from None
+
+    def _run(self, model: str, arguments: Arrays) -> Arrays:
+        runner = self.runner(model)
+        try:
+            return runner(arguments)
+        except Exception as exc:  # a step's own code failing on these photos
+            raise Unfed(f"{model} failed here on these photos: {exc!r}") from exc
+
+    def _callee_answers(self, caller: str, output: str, inputs: tuple, computed: Arrays) -> Arrays:
+        """A caller's output that its BLS callee makes, under the callee's name for it (label_and_caption's
+        CAPTION, the captioner's): the callee run here on what the caller sends it."""
+        settings = self.models[caller].settings()
+        call = next((c for c in getattr(settings, "BLS_CALLS", ()) if output in {t.name for t in c.outputs}), None)
+        if call is None:
+            raise Unfed(f"{caller}'s output '{output}' is not computed here")
+        callee = call.callee(settings)
+        started = time.perf_counter()
+        try:
+            answers = self._run(callee, sent_by_call(call, self._arguments(caller, inputs), computed))
+        except Unfed as exc:
+            raise Unfed(f"{caller}'s output '{output}' comes from {callee}, called by BLS: {exc}") from None
+        self.callee_runs.append(CalleeRun(callee, caller, len(self.photos), time.perf_counter() - started))
+        return {tensor.name: answers[tensor.name] for tensor in call.outputs}
 
 
 @dataclass
 class PerfInputs:
-    """What ``write_all`` wrote (model -> file) and what it could not (model -> why)."""
+    """What ``write_all`` wrote (model -> file), what it could not (model -> why), and the BLS callees it ran
+    for a step after a BLS step (how long each took)."""
 
     written: dict[str, Path]
     unfed: dict[str, str]
+    callee_runs: list[CalleeRun] = field(default_factory=list)
 
 
 def load_models(repository: Path) -> dict[str, Model]:
@@ -320,22 +395,17 @@ def _feed_by_bls(tensors: Tensors, callee: Model) -> tuple[dict[str, np.ndarray]
                 continue
             try:
                 computed = tensors.runner(caller.name)(fed) if not all(t.forwarded for t in call.inputs) else {}
-                missing = [t.name for t in call.inputs if not t.forwarded and t.name not in computed]
-                if missing:
-                    raise Unfed(f"{caller.name}'s code for {missing} is not run here")
-                return {t.name: fed[t.name] if t.forwarded else computed[t.name] for t in call.inputs}, []
+                return sent_by_call(call, fed, computed), []
             except Unfed as exc:
                 reasons.append(f"as {caller.name} calls it by BLS: {exc}")
     return None, reasons
 
 
-def model_feeds(repository: Path, photos: Sequence[bytes]) -> tuple[dict[str, tuple[Model, Arrays]], dict[str, str]]:
+def model_feeds(tensors: Tensors) -> tuple[dict[str, tuple[Model, Arrays]], dict[str, str]]:
     """Every model's inputs, one row per photo, as the pipeline would hand them; and the models that cannot
-    be fed here, each with why."""
-    models = load_models(repository)
-    tensors = Tensors(models, photos)
+    be fed here, each with why and what to do."""
     feeds, unfed = {}, {}
-    for name, model in models.items():
+    for name, model in tensors.models.items():
         if not model.inputs:
             unfed[name] = "it takes no inputs (perf_analyzer needs no input data for it)"
             continue
@@ -351,10 +421,8 @@ def model_feeds(repository: Path, photos: Sequence[bytes]) -> tuple[dict[str, tu
             fed, bls_reasons = _feed_by_bls(tensors, model)
             reasons += bls_reasons
         if fed is None:
-            unfed[name] = "; ".join(reasons) or (
-                "no ensemble feeds it and it is no BLS call's callee: write its input file yourself (the format: "
-                "benchmarks/profiling/perf_input.py)"
-            )
+            why = "; ".join(reasons) or "no ensemble feeds it and it is no BLS call's callee"
+            unfed[name] = f"{why}: {WRITE_IT_YOURSELF}"
         else:
             feeds[name] = (model, fed)
     return feeds, unfed
@@ -362,7 +430,8 @@ def model_feeds(repository: Path, photos: Sequence[bytes]) -> tuple[dict[str, tu
 
 def write_all(repository: Path, photos: Sequence[bytes], output_dir: Path) -> PerfInputs:
     """One ``<model>.json`` per model that can be fed (one entry per photo); the others, with why."""
-    feeds, unfed = model_feeds(repository, photos)
+    tensors = Tensors(load_models(repository), photos)
+    feeds, unfed = model_feeds(tensors)
     output_dir.mkdir(parents=True, exist_ok=True)
     written = {}
     for name, (model, inputs) in feeds.items():
@@ -380,7 +449,7 @@ def write_all(repository: Path, photos: Sequence[bytes], output_dir: Path) -> Pe
         path = output_dir / f"{name}.json"
         path.write_text(json.dumps({"data": entries}))
         written[name] = path
-    return PerfInputs(written, unfed)
+    return PerfInputs(written, unfed, tensors.callee_runs)
 
 
 def write_input_data(repository: Path, photos: Sequence[bytes], output_dir: Path) -> dict[str, Path]:
@@ -417,6 +486,8 @@ def main(argv=None) -> None:
         print(f"{model}: {path}")
     for model, why in result.unfed.items():
         print(f"{model}: not written: {why}")
+    for run in result.callee_runs:
+        print(run.text())
 
 
 if __name__ == "__main__":

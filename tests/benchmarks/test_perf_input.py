@@ -5,16 +5,21 @@ data the ensemble would hand it, and what cannot be fed is named with the reason
 import base64
 import json
 import shutil
+import struct
 
 import numpy as np
 import pytest
 
+from benchmarks.lib.in_process import step_settings
 from benchmarks.lib.triton_stats import model_counters
 from benchmarks.profiling import perf_analyzer
-from benchmarks.profiling.perf_input import main, write_all, write_input_data
+from benchmarks.profiling.perf_input import SPECIAL_RUNNERS, main, write_all, write_input_data
 from pipeline_src.repository.scaffold import Layout, StepSpec, Tensor, create_step
 from pipeline_src.repository.validate import validate_repository
+from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.steps.classification import plan_captions
 from pipeline_src.steps.imaging import image_tensors
+from pipeline_src.steps.settings import CaptionerSettings, LabelAndCaptionSettings
 
 pytestmark = pytest.mark.integration
 
@@ -37,18 +42,21 @@ def test_every_model_of_the_pipeline_gets_one_entry_per_photo(input_files):
     assert set(vision) == {"pixel_values"} and vision["pixel_values"]["shape"] == [3, 384, 384]
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_perf_analyzer_accepts_the_input_data_and_the_server_infers(model, triton, input_files, tmp_path):
+def require_perf_analyzer() -> None:
     try:
         perf_analyzer.library_path()
     except perf_analyzer.PerfAnalyzerMissing as exc:
         pytest.skip(f"{exc} (make test installs it)")
-    before = model_counters(triton.grpc_url)[model]
+
+
+def assert_measured(server: TritonServer, model: str, input_file, tmp_path) -> None:
+    """perf_analyzer measures the model on the input file, and the server answered every request it sent."""
+    before = model_counters(server.grpc_url)[model]
     # A loose stability bound: this checks that the data is accepted, not how fast the server is.
     measurement = perf_analyzer.measure(
         model,
-        triton.grpc_url,
-        input_files[model],
+        server.grpc_url,
+        input_file,
         concurrency=2,
         csv_path=tmp_path / "out.csv",
         requests_per_window=4,
@@ -56,7 +64,13 @@ def test_perf_analyzer_accepts_the_input_data_and_the_server_infers(model, trito
     )
     assert measurement.model == model and measurement.concurrency == 2
     assert measurement.throughput > 0 and measurement.p50_ms > 0
-    assert model_counters(triton.grpc_url)[model].requests >= before.requests + 3 * 4
+    assert model_counters(server.grpc_url)[model].requests >= before.requests + 3 * 4
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_perf_analyzer_accepts_the_input_data_and_the_server_infers(model, triton, input_files, tmp_path):
+    require_perf_analyzer()
+    assert_measured(triton, model, input_files[model], tmp_path)
 
 
 # --- a step of one's own, wired into food11_pipeline ----------------------------------------------------------
@@ -136,6 +150,16 @@ def floats(entry: dict, dtype: str = "<f4") -> np.ndarray:
     return np.frombuffer(base64.b64decode(entry["content"]["b64"]), dtype=dtype).reshape(entry["shape"])
 
 
+def strings(entry: dict) -> list[str]:
+    """A BYTES tensor's elements: each a 4-byte little-endian length, then the bytes."""
+    raw, values, offset = base64.b64decode(entry["content"]["b64"]), [], 0
+    while offset < len(raw):
+        (length,) = struct.unpack_from("<I", raw, offset)
+        values.append(raw[offset + 4 : offset + 4 + length].decode("utf-8"))
+        offset += 4 + length
+    return values
+
+
 def test_the_extended_repository_is_valid(extended):
     report = validate_repository(extended)
     assert report.ok, report.text()
@@ -154,12 +178,31 @@ def test_a_new_step_gets_what_its_ensemble_would_hand_it_and_the_rest_is_named(e
     for entry, photo in zip(entries, fruit):
         expected = np.float32(image_tensors(photo, 40_000_000).captioner.astype(np.float64).mean() * 2)
         np.testing.assert_allclose(floats(entry["BRIGHTNESS"]), [expected], rtol=1e-6)
+    # caption_length: the captions, the captioner run here for them (once, however many steps read them)
+    (entry, *_) = json.loads(result.written[CAPTION_LENGTH].read_text())["data"]
+    assert len(strings(entry["CAPTION_CODES"])) == 1 and strings(entry["CAPTION_CODES"])[0]
+    assert [(run.callee, run.caller, run.photos) for run in result.callee_runs] == [
+        ("captioner", "label_and_caption", 3)
+    ]
     # the pipeline's own files are still written, the same for the ensemble's callers
     assert {"food11_pipeline", "captioner", "top_labels", "preprocess"} <= set(result.written)
-    # what cannot be fed is named, with why
-    assert "CAPTION" in result.unfed[CAPTION_LENGTH] and "captioner" in result.unfed[CAPTION_LENGTH]
-    assert "no ensemble feeds it" in result.unfed[ORPHAN]
-    assert {CAPTION_LENGTH, ORPHAN, "model_manifests"} <= set(result.unfed)
+    # what cannot be fed is named, with why and what to do
+    assert "no ensemble feeds it" in result.unfed[ORPHAN] and "write its input file yourself" in result.unfed[ORPHAN]
+    assert set(result.unfed) == {ORPHAN, "model_manifests"}
+
+
+def test_a_step_after_the_bls_step_whose_callee_cannot_run_here_is_named_with_what_to_do(
+    extended, photos, tmp_path, monkeypatch
+):
+    def missing_graphs(model, settings):
+        raise FileNotFoundError("no text decoder graphs")
+
+    monkeypatch.setitem(SPECIAL_RUNNERS, CaptionerSettings, missing_graphs)
+    result = write_all(extended, [photos["apple.jpg"]], tmp_path)
+    why = result.unfed[CAPTION_LENGTH]
+    assert "label_and_caption's output 'CAPTION' comes from captioner, called by BLS" in why
+    assert "no text decoder graphs" in why and "write its input file yourself" in why
+    assert IMAGE_QUALITY in result.written and not result.callee_runs
 
 
 def test_the_command_prints_what_it_wrote_and_what_it_could_not(extended, photos, tmp_path, capsys):
@@ -170,4 +213,98 @@ def test_the_command_prints_what_it_wrote_and_what_it_could_not(extended, photos
     lines = capsys.readouterr().out.splitlines()
     assert f"{IMAGE_QUALITY}: {tmp_path / 'out' / IMAGE_QUALITY}.json" in lines
     assert any(line.startswith(f"{ORPHAN}: not written: no ensemble feeds it") for line in lines), lines
-    assert any(line.startswith(f"{CAPTION_LENGTH}: not written: ") for line in lines), lines
+    assert f"{CAPTION_LENGTH}: {tmp_path / 'out' / CAPTION_LENGTH}.json" in lines
+    assert any(line.startswith("ran captioner here for label_and_caption's answers to 1 photos: ") for line in lines)
+
+
+# --- a step after the BLS step, on a server ------------------------------------------------------------------
+
+AFTER_BLS = "caption_words_pi"  # reads label_and_caption's CAPTION and LABEL, which only the captioner completes
+WORDS = "CAPTION_WORDS_PI"
+AFTER_BLS_CONFIG = f"""name: "{AFTER_BLS}"
+backend: "python"
+max_batch_size: 8
+input [
+  {{ name: "CAPTION", data_type: TYPE_STRING, dims: [ 1 ] }},
+  {{ name: "LABEL", data_type: TYPE_STRING, dims: [ 1 ] }}
+]
+output [ {{ name: "CAPTION_WORDS", data_type: TYPE_INT32, dims: [ 1 ] }} ]
+instance_group [ {{ count: 1, kind: KIND_CPU }} ]
+"""
+# Written by hand: a BYTES-input step, as small as a Python-backend step gets.
+AFTER_BLS_MODEL = """import numpy as np
+
+from pipeline_src.steps.triton_step import StepContext, answer_stacked
+
+
+def count_words(batch):
+    rows = zip(batch["CAPTION"].reshape(-1), batch["LABEL"].reshape(-1))
+    words = [len(caption.split()) + len(label.split()) for caption, label in rows]
+    return {"CAPTION_WORDS": np.array(words, dtype=np.int32).reshape(-1, 1)}
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.step = StepContext(args)
+
+    def execute(self, requests):
+        return answer_stacked(self.step, requests, ["CAPTION", "LABEL"], count_words)
+"""
+AFTER_BLS_WIRED = f"""
+    {{
+      model_name: "{AFTER_BLS}"
+      model_version: -1
+      input_map {{ key: "CAPTION", value: "CAPTION" }}
+      input_map {{ key: "LABEL", value: "LABEL" }}
+      output_map {{ key: "CAPTION_WORDS", value: "{WORDS}" }}
+    }},"""
+
+
+@pytest.fixture(scope="module")
+def after_bls(model_repository, tmp_path_factory):
+    """A copy of the built repository with a step after label_and_caption, wired into food11_pipeline."""
+    repository = shutil.copytree(model_repository, tmp_path_factory.mktemp("after_bls") / "model_repository")
+    (repository / AFTER_BLS / "1").mkdir(parents=True)
+    (repository / AFTER_BLS / "config.pbtxt").write_text(AFTER_BLS_CONFIG)
+    (repository / AFTER_BLS / "1" / "model.py").write_text(AFTER_BLS_MODEL)
+    config = repository / "food11_pipeline" / "config.pbtxt"
+    edit(config, "ensemble_scheduling {\n  step [", "ensemble_scheduling {\n  step [" + AFTER_BLS_WIRED)
+    edit(config, "\noutput [\n", f'\noutput [\n  {{ name: "{WORDS}", data_type: TYPE_INT32, dims: [ 1 ] }},\n')
+    return repository
+
+
+@pytest.fixture(scope="module")
+def after_bls_server(after_bls, tmp_path_factory):
+    """A server of that copy with the new step alone loaded: perf_analyzer profiles it alone."""
+    server = TritonServer(
+        after_bls,
+        tmp_path_factory.mktemp("after_bls_triton"),
+        free_ports(),
+        extra_args=("--model-control-mode=explicit", f"--load-model={AFTER_BLS}"),
+    )
+    with server:
+        yield server
+
+
+def test_a_step_after_the_bls_step_gets_real_captions_and_perf_analyzer_measures_it(
+    after_bls, after_bls_server, photos, tmp_path
+):
+    require_perf_analyzer()
+    fruit = [photos[name] for name in ("apple.jpg", "orange.jpg", "fruits.jpg")]
+    result = write_all(after_bls, fruit, tmp_path / "perf_input")
+    entries = json.loads(result.written[AFTER_BLS].read_text())["data"]
+    captions = [strings(entry["CAPTION"])[0] for entry in entries]
+    labels = [strings(entry["LABEL"])[0] for entry in entries]
+    # The captions label_and_caption would answer: each begins with its label's prompt when it is confident.
+    logits = np.stack(
+        [floats(entry["LOGITS"]) for entry in json.loads(result.written["label_and_caption"].read_text())["data"]]
+    )
+    settings = step_settings(after_bls, "label_and_caption", LabelAndCaptionSettings)
+    plans = plan_captions(logits, settings.prompt_template, settings.confidence_threshold)
+    assert labels == [prediction.label for prediction in plans.predictions]
+    assert any(plans.prompts), "no confident label among the fruit: the prompt is not checked"
+    for caption, prompt in zip(captions, plans.prompts):
+        assert caption.strip() and caption.startswith(prompt), (caption, prompt)
+    assert [run.callee for run in result.callee_runs] == ["captioner"] and result.callee_runs[0].seconds > 0
+    assert AFTER_BLS not in result.unfed
+    assert_measured(after_bls_server, AFTER_BLS, result.written[AFTER_BLS], tmp_path)

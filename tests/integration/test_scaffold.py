@@ -1,5 +1,6 @@
 """food11-new-step: a scaffolded step is valid, passes `make lint` and its own unit test as written, and it loads
-and answers in the real server, with one input and output or several, of any shapes. Everything is scaffolded
+and answers in the real server, with one input and output or several, of any shapes and types, text (BYTES)
+included. Everything is scaffolded
 into temporary folders (or the session's repository copy), never the source tree.
 
 A self-contained step keeps its logic module in its model folder: the Python backend's stub appends the model's
@@ -9,6 +10,7 @@ folder to sys.path before importing 1/model.py (python_backend r24.10, src/pb_st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -123,13 +125,28 @@ def test_tensor_names_types_and_dims_are_declared_as_asked(package_layout):
     assert [(group.count, group.kind) for group in config.instance_group] == [(2, cpu)]
 
 
+@pytest.mark.parametrize("spelled", ["TEXT:BYTES:1", "TEXT:bytes:1", "TEXT:STRING:1", "TEXT:TYPE_STRING:1"])
+def test_a_text_tensor_is_bytes_and_its_config_says_type_string(package_layout, spelled):
+    text = Tensor.parse(spelled)
+    assert text == Tensor("TEXT", "BYTES", (1,)) and text.config_type == "TYPE_STRING"
+    files = plan_files(TEXT_STEP, package_layout)
+    config = text_format.Parse(
+        files[package_layout.repository / TEXT_STEP.name / "config.pbtxt"], model_config_pb2.ModelConfig()
+    )
+    declared = [(t.name, model_config_pb2.DataType.Name(t.data_type)) for t in (*config.input, *config.output)]
+    assert declared == [("TEXT", "TYPE_STRING"), ("SUMMARY", "TYPE_STRING"), ("LENGTH", "TYPE_FP32")]
+    logic = files[package_layout.source_dir / f"{TEXT_STEP.name}.py"]
+    assert '"TEXT": BYTES,  # TYPE_STRING [1]' in logic and '"SUMMARY": (BYTES, (1,)),  # TYPE_STRING [1]' in logic
+    assert 'decode each with ``.decode("utf-8")``' in logic  # how text arrives and leaves, said where it is used
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [
         (StepSpec("2fast"), "not a valid Python identifier"),
         (StepSpec("class"), "not a valid Python identifier"),
         (StepSpec("top-labels"), "not a valid Python identifier"),
-        (StepSpec("ok", inputs=(Tensor("X", "STRING"),)), "input X: data type 'STRING': the example computation"),
+        (StepSpec("ok", inputs=(Tensor("X", "BOOL"),)), "input X: data type 'BOOL': the example computation"),
         (StepSpec("ok", outputs=(Tensor("Y", dims=(0,)),)), "output Y: dims [0]: each dim is a positive size or -1"),
         (StepSpec("ok", outputs=(Tensor("INPUT"),)), "tensor name(s) 'INPUT' used more than once"),
         (StepSpec("ok", inputs=(Tensor("A"), Tensor("A"))), "tensor name(s) 'A' used more than once"),
@@ -189,6 +206,31 @@ def test_the_command_prints_what_it_created_and_the_next_steps(package_layout, c
     assert f"food11-perf-analyzer -m {name}" in out and "scripts/perf_input.py" in out
 
 
+ACCEPTED_TYPES = (  # what every refusal of a type lists
+    *("FP16", "FP32", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"),
+    "BYTES",
+)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--input", "FLAGS:BOOL:1"], "input FLAGS: data type 'BOOL': the example computation needs one of FP16, "),
+        (["--output", "X:STR:1"], "output X: data type 'STR': the example computation needs one of FP16, "),
+        (["--data-type", "BOOL"], "argument --data-type: invalid choice: 'BOOL'"),
+    ],
+)
+def test_the_command_refuses_an_unknown_type_listing_the_accepted_ones_bytes_among_them(
+    package_layout, capsys, arguments, message
+):
+    with pytest.raises(SystemExit) as exited:
+        main(["typed", "--repository", str(package_layout.repository), "--self-contained", *arguments])
+    assert exited.value.code == 2
+    refusal = capsys.readouterr().err.splitlines()[-1]
+    assert message in refusal and all(name in refusal for name in ACCEPTED_TYPES), refusal
+    assert list(package_layout.repository.iterdir()) == []
+
+
 def test_the_command_takes_several_tensors_of_any_shapes(package_layout, capsys):
     where = ["--source-dir", str(package_layout.source_dir), "--package", package_layout.package]
     main(
@@ -237,6 +279,11 @@ TWO_BY_TWO = StepSpec(  # two inputs and two outputs, of other types and shapes,
     inputs=(Tensor("IMAGE_ROWS", "UINT16", (3, -1)), Tensor("WEIGHTS", "FP64", (5,))),
     outputs=(Tensor("SCORE", "FP32", (1,)), Tensor("GRID", "INT8", (2, -1))),
 )
+TEXT_STEP = StepSpec(  # text in, text and a number out: one text a row each way
+    "text_stats",
+    inputs=(Tensor("TEXT", "BYTES", (1,)),),
+    outputs=(Tensor("SUMMARY", "BYTES", (1,)), Tensor("LENGTH", "FP32", (1,))),
+)
 
 
 def test_a_scaffolded_step_passes_the_repository_validator(package_layout, monkeypatch, forget_new_modules):
@@ -280,6 +327,15 @@ def test_the_generated_unit_tests_pass(package_layout):
     result = run_generated_tests(package_layout.tests_dir, package_layout.source_dir.parent)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "21 passed" in result.stdout  # 7 tests in each of the 3 generated files
+
+
+def test_a_text_steps_generated_unit_test_passes_and_its_files_pass_lint(package_layout):
+    """BYTES in and out: the generated test fills text inputs with UTF-8 bytes and holds text outputs to bytes."""
+    files = create_step(TEXT_STEP, package_layout)
+    assert ruff_problems({path: path.read_text() for path in files}) == []
+    result = run_generated_tests(package_layout.tests_dir, package_layout.source_dir.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "8 passed" in result.stdout  # the 7 tests of every step, and its text's UTF-8 check
 
 
 def test_a_generated_test_catches_logic_and_config_that_disagree(package_layout):
@@ -331,6 +387,7 @@ def test_the_scaffolds_files_pass_make_lint_as_written(package_layout, tmp_path)
         (image_quality, source),
         (StepSpec("zoom_levels"), source),  # a module sorting after triton_step
         (TWO_BY_TWO, package_layout),
+        (TEXT_STEP, package_layout),
         (
             StepSpec("self_contained", TWO_BY_TWO.inputs, TWO_BY_TWO.outputs),
             Layout(package_layout.repository, tmp_path),
@@ -351,7 +408,7 @@ def test_the_scaffolds_files_pass_make_lint_as_written(package_layout, tmp_path)
         timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "no issues found in 4 source files" in result.stdout
+    assert "no issues found in 5 source files" in result.stdout
 
 
 # --- it loads in the real server and answers --------------------------------------------------------------
@@ -363,21 +420,26 @@ def infer(triton_grpc, model: str, rows: np.ndarray):
     return triton_grpc.infer(model, [tensor])
 
 
-@pytest.fixture
-def scaffolded_in_server(model_repository, triton_grpc, tmp_path):
-    """A self-contained step scaffolded into the session server's repository and loaded; afterwards
+@contextlib.contextmanager
+def served(spec: StepSpec, model_repository: Path, triton_grpc, tmp_path: Path):
+    """The step scaffolded self-contained into the session server's repository and loaded; afterwards
     unloaded and its folder removed (the repository is a session copy, never the source tree)."""
-    name = unique("scaffolded")
-    created = create_step(StepSpec(name), Layout(model_repository, tmp_path / "tests"))
+    created = create_step(spec, Layout(model_repository, tmp_path / "tests"))
     assert all(path.is_relative_to(model_repository) or path.is_relative_to(tmp_path) for path in created)
     try:
-        triton_grpc.load_model(name)
-        yield name
+        triton_grpc.load_model(spec.name)
+        yield spec.name
     finally:
         try:
-            triton_grpc.unload_model(name)
+            triton_grpc.unload_model(spec.name)
         finally:
-            shutil.rmtree(model_repository / name)
+            shutil.rmtree(model_repository / spec.name)
+
+
+@pytest.fixture
+def scaffolded_in_server(model_repository, triton_grpc, tmp_path):
+    with served(StepSpec(unique("scaffolded")), model_repository, triton_grpc, tmp_path) as name:
+        yield name
 
 
 @pytest.mark.integration
@@ -394,10 +456,8 @@ def test_a_scaffolded_step_loads_in_the_real_server_and_answers(triton_grpc, sca
 def test_a_scaffolded_step_with_several_tensors_answers_each_output_in_its_type(
     model_repository, triton_grpc, tmp_path
 ):
-    name = unique("two_by_two")
-    create_step(StepSpec(name, TWO_BY_TWO.inputs, TWO_BY_TWO.outputs), Layout(model_repository, tmp_path / "tests"))
-    try:
-        triton_grpc.load_model(name)
+    spec = StepSpec(unique("two_by_two"), TWO_BY_TWO.inputs, TWO_BY_TWO.outputs)
+    with served(spec, model_repository, triton_grpc, tmp_path) as name:
         image_rows = grpcclient.InferInput("IMAGE_ROWS", [2, 3, 4], "UINT16")
         image_rows.set_data_from_numpy(np.stack([np.full((3, 4), 1), np.full((3, 4), 5)]).astype(np.uint16))
         weights = grpcclient.InferInput("WEIGHTS", [2, 5], "FP64")
@@ -407,11 +467,29 @@ def test_a_scaffolded_step_with_several_tensors_answers_each_output_in_its_type(
         # each row: the mean over the inputs of the row's mean, times scale 2: (1 + 3) and (5 + 7)
         np.testing.assert_array_equal(score, np.array([[4.0], [12.0]], dtype=np.float32))
         np.testing.assert_array_equal(grid, np.array([[[4]] * 2, [[12]] * 2], dtype=np.int8))
-    finally:
-        try:
-            triton_grpc.unload_model(name)
-        finally:
-            shutil.rmtree(model_repository / name)
+
+
+def infer_text(triton_grpc, model: str, texts: list[bytes]):
+    tensor = grpcclient.InferInput("TEXT", [len(texts), 1], "BYTES")
+    tensor.set_data_from_numpy(np.array(texts, dtype=np.object_).reshape(-1, 1))
+    return triton_grpc.infer(model, [tensor])
+
+
+@pytest.mark.integration
+def test_a_scaffolded_text_step_answers_bytes_in_with_bytes_out(model_repository, triton_grpc, tmp_path):
+    spec = StepSpec(unique("text_stats"), TEXT_STEP.inputs, TEXT_STEP.outputs)
+    with served(spec, model_repository, triton_grpc, tmp_path) as name:
+        texts = ["crème brûlée".encode(), b"pho", b""]  # 12 characters in 14 bytes, 3, none
+        result = infer_text(triton_grpc, name, texts)
+        types = {output.name: output.datatype for output in result.get_response().outputs}
+        assert types == {"SUMMARY": "BYTES", "LENGTH": "FP32"}
+        # each row: its text's length in characters times scale 2; as text in SUMMARY
+        np.testing.assert_array_equal(result.as_numpy("LENGTH"), np.array([[24.0], [6.0], [0.0]], dtype=np.float32))
+        summary = result.as_numpy("SUMMARY")
+        assert summary.dtype == np.object_ and summary.tolist() == [[b"24"], [b"6"], [b"0"]]
+        with pytest.raises(InferenceServerException, match=f"{name}: TEXT: row 2 of 2 is not UTF-8 text") as caught:
+            infer_text(triton_grpc, name, [b"pho", b"cr\xe8me"])  # Latin-1
+        assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
 
 
 @pytest.mark.integration

@@ -10,13 +10,14 @@ from pathlib import Path
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.scaffold.files import create_step
 from pipeline_src.repository.scaffold.spec import (
+    DATA_TYPES,
     DEFAULT_PACKAGE,
-    NUMERIC_TYPES,
     Layout,
     ScaffoldError,
     StepSpec,
     Tensor,
     parse_dims,
+    wire_type,
 )
 from pipeline_src.repository.scaffold.wiring import next_steps
 
@@ -32,9 +33,12 @@ Creates a step that loads and answers as created: its ``config.pbtxt`` (tensors,
 logic module with the ``StepSettings`` subclass, its ``INPUTS`` and ``OUTPUTS`` and ``compute`` (which
 returns a dict, one array per output), a unit test, and a row per setting in docs/configuration.md. It
 takes any number of inputs and outputs, each ``NAME:TYPE:DIMS`` (e.g. ``--input PIXELS:FP32:3,384,384
---output BRIGHTNESS:FP32:1 --output SHARPNESS:FP32:1``). The example computation (each output row is the
-mean of the row's inputs times ``scale``) is there to be replaced; it shows the patterns every step needs
-(requests stacked into one run and split back, a bad request failing alone with an error naming the step).
+--output BRIGHTNESS:FP32:1 --output SHARPNESS:FP32:1``); TYPE is a numeric type or BYTES, text (the config's
+TYPE_STRING: object arrays of UTF-8 bytes in the step), e.g. ``--input TEXT:BYTES:1 --output SUMMARY:BYTES:1``.
+The example computation (each output row is the mean of the row's inputs times ``scale``, a text counting as
+its length; a text output holds that number written out) is there to be replaced; it shows the patterns every
+step needs (requests stacked into one run and split back, a bad request failing alone with an error naming the
+step).
 Every file it writes passes ``make lint`` as written.
 
 Where the logic module goes:
@@ -96,9 +100,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--data-type",
         default="FP32",
-        type=str.upper,
-        choices=list(NUMERIC_TYPES),
-        help="element type of a tensor that does not say its own (default: %(default)s)",
+        type=wire_type,
+        choices=list(DATA_TYPES),
+        help="element type of a tensor that does not say its own; BYTES: text, the config's TYPE_STRING "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--dims",

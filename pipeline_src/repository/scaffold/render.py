@@ -10,7 +10,7 @@ from pathlib import Path
 from string import Template
 
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.repository.scaffold.spec import NUMERIC_TYPES, Layout, StepSpec, Tensor, dims_text
+from pipeline_src.repository.scaffold.spec import BYTES, NUMERIC_TYPES, Layout, StepSpec, Tensor, dims_text
 
 TEMPLATES = Path(__file__).parent.parent / "templates"  # pipeline_src/repository/templates: package data
 LINE_LENGTH = 120  # ruff's, pyproject.toml: every generated line fits it
@@ -37,6 +37,7 @@ def template_values(spec: StepSpec, layout: Layout) -> dict[str, object]:
         instances=spec.instances,
         model_imports=_model_imports(spec, layout),
         test_header=_test_header(spec, layout),
+        text_tests=_text_tests(spec),
     )
 
 
@@ -90,20 +91,32 @@ def _config_tensors(tensors: Sequence[Tensor]) -> str:
     )
 
 
+def _numpy_type(tensor: Tensor) -> str:
+    """The logic module's expression of the tensor's numpy type: text is its ``BYTES`` (object arrays)."""
+    return BYTES if tensor.data_type == BYTES else f"np.dtype(np.{NUMERIC_TYPES[tensor.data_type]})"
+
+
 def _logic_inputs(spec: StepSpec) -> str:
     return "\n".join(
-        f'    "{tensor.name}": np.dtype(np.{NUMERIC_TYPES[tensor.data_type]}),  '
-        f"# {tensor.config_type} {dims_text(tensor.dims)}"
+        f'    "{tensor.name}": {_numpy_type(tensor)},  # {tensor.config_type} {dims_text(tensor.dims)}'
         for tensor in spec.inputs
     )
 
 
 def _logic_outputs(spec: StepSpec) -> str:
     return "\n".join(
-        f'    "{tensor.name}": (np.dtype(np.{NUMERIC_TYPES[tensor.data_type]}), '
+        f'    "{tensor.name}": ({_numpy_type(tensor)}, '
         f"{_row_shape_literal(tensor.dims, 1)}),  # {tensor.config_type} {dims_text(tensor.dims)}"
         for tensor in spec.outputs
     )
+
+
+def _text_tests(spec: StepSpec) -> str:
+    """The generated test's tests of text inputs (``test_step_text.py.tmpl``), for a step that has any."""
+    if not any(tensor.data_type == BYTES for tensor in spec.inputs):
+        return ""
+    tests = render("test_step_text.py.tmpl", {"settings_class": spec.settings_class})
+    return "\n\n\n" + tests.strip("\n")  # placed right after the previous test's last line
 
 
 def _model_imports(spec: StepSpec, layout: Layout) -> str:

@@ -25,6 +25,10 @@ NUMERIC_TYPES = {
     "UINT32": "uint32",
     "UINT64": "uint64",
 }
+# Text: Triton's wire name, which the config spells TYPE_STRING; numpy object arrays of bytes in a step.
+BYTES = "BYTES"
+DATA_TYPES = (*NUMERIC_TYPES, BYTES)  # every type a tensor of a new step can have
+CONFIG_SPELLINGS = {BYTES: "STRING"}  # where the config's TYPE_ name differs from the wire name
 
 
 class ScaffoldError(ValueError):
@@ -34,6 +38,12 @@ class ScaffoldError(ValueError):
 def dims_text(dims: Sequence[int]) -> str:
     """Dims as a config shows them: ``[3, 384, 384]``."""
     return f"[{', '.join(map(str, dims))}]"
+
+
+def wire_type(text: str) -> str:
+    """A data type as the scaffold names it: upper case, without TYPE_, the config's STRING as BYTES."""
+    name = text.upper().removeprefix("TYPE_")
+    return next((wire for wire, config in CONFIG_SPELLINGS.items() if config == name), name)
 
 
 def parse_dims(text: str) -> tuple[int, ...]:
@@ -48,7 +58,7 @@ class Tensor:
     """One input or output of the step, as its config declares it."""
 
     name: str
-    data_type: str = "FP32"  # spelled without TYPE_
+    data_type: str = "FP32"  # spelled without TYPE_, text as BYTES
     dims: tuple[int, ...] = (4,)  # one row's shape, without the batch dimension; -1: any size
 
     @classmethod
@@ -59,13 +69,13 @@ class Tensor:
         type_text, _, dims_part = rest.partition(":")
         return cls(
             name,
-            type_text.upper().removeprefix("TYPE_") if type_text else data_type,
+            wire_type(type_text) if type_text else data_type,
             parse_dims(dims_part) if dims_part else dims,
         )
 
     @property
     def config_type(self) -> str:
-        return f"TYPE_{self.data_type}"
+        return f"TYPE_{CONFIG_SPELLINGS.get(self.data_type, self.data_type)}"
 
     def describe(self) -> str:
         return f"{self.name} {self.config_type} {dims_text(self.dims)}"
@@ -73,10 +83,10 @@ class Tensor:
     def check(self, role: str) -> None:
         if not self.name.isidentifier():
             raise ScaffoldError(f"{role} tensor name {self.name!r} is not an identifier (e.g. {role.upper()})")
-        if self.data_type not in NUMERIC_TYPES:
+        if self.data_type not in DATA_TYPES:
             raise ScaffoldError(
                 f"{role} {self.name}: data type {self.data_type!r}: the example computation needs one of "
-                f"{', '.join(NUMERIC_TYPES)} (add BYTES tensors by editing the generated files)"
+                f"{', '.join(DATA_TYPES)} (BYTES: text, the config's TYPE_STRING)"
             )
         if not self.dims or any(dim == 0 or dim < -1 for dim in self.dims):
             raise ScaffoldError(
