@@ -89,6 +89,22 @@ def serve_command(model_repository, tmp_path, ports, *extra) -> list[str]:
     ]
 
 
+def post_json_status(url: str, body: dict, headers: dict | None = None) -> int:
+    """The HTTP status of a JSON POST, an error status included (Triton's admin APIs answer 403 without the key)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
 # Triton's admin calls (pipeline_src/serving/admin.py): refused without the server's key.
 ADMIN_CALLS = (
     "load_model",

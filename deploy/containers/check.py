@@ -428,6 +428,12 @@ def check_unprivileged(name: str, container: dict, python: str, want_user: str, 
     return f"{len(processes)} processes ({', '.join(names)}) as uid {sorted({row[2] for row in processes})}"
 
 
+def image_holds(container: dict, python: str, module: str) -> bool:
+    """Whether ``module`` can be imported in the container (found, not imported)."""
+    probe = f"import importlib.util as u, sys; sys.exit(u.find_spec({module!r}) is None)"
+    return run(["docker", "exec", container["Id"], python, "-c", probe], check=False).returncode == 0
+
+
 def listening(port: int) -> set[str]:
     """The addresses something listens on at ``port`` on this host (the containers' network too)."""
     found = set()
@@ -470,15 +476,13 @@ def check_containers(env) -> None:
         "read-only root (writing /var/tmp fails; /tmp, a tmpfs, takes a file), no capabilities, no new privileges"
     )
 
-    absent = "import importlib.util as u, sys; sys.exit(u.find_spec('tritonclient') is not None)"
-    if run(["docker", "exec", triton["Id"], "python3", "-c", absent], check=False).returncode != 0:
+    if image_holds(triton, "python3", "tritonclient"):
         raise CheckFailed("the Triton image holds tritonclient (NVIDIA's image has none: the steps must not need it)")
     passed("the Triton image holds no tritonclient; its steps loaded without it")
 
     # The images carry the product alone: the measurement package stays in the checkout.
-    measurement = "import importlib.util as u, sys; sys.exit(u.find_spec('benchmarks') is not None)"
     for name, python, container in (("Triton", "python3", triton), ("API", "python", api)):
-        if run(["docker", "exec", container["Id"], python, "-c", measurement], check=False).returncode != 0:
+        if image_holds(container, python, "benchmarks"):
             raise CheckFailed(f"the {name} image holds the benchmarks package: the images carry the product alone")
     passed("neither image holds the benchmarks package")
 

@@ -9,12 +9,11 @@ import signal
 import socket
 import stat
 import subprocess
-import urllib.error
 import urllib.request
 
 import psutil
 import pytest
-from helpers import serve_command
+from helpers import post_json_status, serve_command
 
 from pipeline_src.serving import admin
 from pipeline_src.serving.launcher import free_port, free_ports
@@ -73,16 +72,7 @@ def test_triton_alone_starts_and_stops_cleanly_on_sigterm(model_repository, tmp_
 
 def test_make_serve_closes_tritons_admin_apis_and_leaves_the_key_to_this_user(model_repository, tmp_path):
     def set_log_level(http_port: int, headers: dict) -> int:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{http_port}/v2/logging",
-            data=b'{"log_verbose_level": 0}',
-            headers={"Content-Type": "application/json", **headers},
-            method="POST",
-        )
-        try:
-            return get_status(request)
-        except urllib.error.HTTPError as refused:
-            return refused.code
+        return post_json_status(f"http://127.0.0.1:{http_port}/v2/logging", {"log_verbose_level": 0}, headers)
 
     with serving(model_repository, tmp_path, "--no-api") as (ports, process):
         key_file = tmp_path / "work" / "admin-key"

@@ -6,14 +6,12 @@ Inference, health, metadata and statistics stay open, and a caption is answered 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from helpers import APPLE, admin_client
+from helpers import APPLE, admin_client, post_json_status
 from tritonclient.utils import InferenceServerException
 from tritonclient.utils import shared_memory as shm
 
@@ -25,18 +23,8 @@ pytestmark = pytest.mark.integration
 BACKEND_REGION_PREFIX = "triton_python_backend_shm_region_"  # the Python backend's regions, in /dev/shm
 
 
-def http(triton, path: str, body: dict | None = None, headers: dict | None = None) -> int:
-    request = urllib.request.Request(
-        f"http://{triton.http_url}{path}",
-        data=json.dumps(body or {}).encode(),
-        headers={"Content-Type": "application/json", **(headers or {})},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status
-    except urllib.error.HTTPError as refused:
-        return refused.code
+def http(triton, path: str, body: dict, headers: dict | None = None) -> int:
+    return post_json_status(f"http://{triton.http_url}{path}", body, headers)
 
 
 def backend_region() -> str:
