@@ -53,7 +53,7 @@ from pipeline_src.serving.serve import ApiProcess
 from pipeline_src.steps.captioning import standin_info
 from pipeline_src.steps.settings import CaptionerSettings
 
-STEPS = ("preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner")
+STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -124,7 +124,7 @@ def step_split(row: dict) -> dict:
         for step in STEPS
     }
     captioner = split["captioner"]["queue_ms"] + split["captioner"]["compute_ms"]
-    split["label_and_caption"]["compute_ms"] = max(0.0, split["label_and_caption"]["compute_ms"] - captioner)
+    split["caption_with_label"]["compute_ms"] = max(0.0, split["caption_with_label"]["compute_ms"] - captioner)
     return split
 
 

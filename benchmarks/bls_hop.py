@@ -6,7 +6,7 @@ same, to be a first step), ``bls_identity`` (a trivial BLS step: it calls ``iden
 ``ensemble_identity`` (a one-step ensemble of ``identity``) and ``ensemble_relay_identity`` (``relay`` then
 ``identity``). Starts its own tritonserver and sends, at concurrency 1, the same requests down each path in
 rounds that rotate the paths' order, for a small tensor and a captioner-sized one (FP32 [3, 384, 384], what
-label_and_caption forwards to the captioner by BLS). Figures are compared within the same run only.
+caption_with_label forwards to the captioner by BLS). Figures are compared within the same run only.
 
     bls_identity - ensemble_relay_identity   a BLS hop against an ensemble hop (both run two Python models)
     ensemble_identity - identity              the ensemble scheduler alone

@@ -46,7 +46,7 @@ from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_ports
 from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.precision import read_fidelity
-from pipeline_src.steps.settings import LabelAndCaptionSettings
+from pipeline_src.steps.settings import CaptionWithLabelSettings
 
 INT8_STEPS = ("vision_encoder", "captioner")
 
@@ -168,7 +168,7 @@ def caption_check(grpc_url: str, repository: Path, photos: list[bytes]) -> dict:
     )
     raw.close()
     template = step_settings(
-        repository, "label_and_caption", LabelAndCaptionSettings
+        repository, "caption_with_label", CaptionWithLabelSettings
     ).prompt_template  # the prompt the pipeline used
     prompts = [build_prompt(template, r.label) if r.caption_status == CaptionStatus.OK else "" for r in results]
     course = HuggingFaceCaptioner.load(repository / "captioner" / "1" / "blip", max_new_tokens=20)

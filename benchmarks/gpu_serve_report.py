@@ -14,7 +14,7 @@ from benchmarks.profiling import perf_analyzer
 from pipeline_src.contract import ENSEMBLE, CaptionStatus
 from pipeline_src.steps.classification import build_prompt
 
-STEPS = ("preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner")
+STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
 # No kind in their instance_group: Triton puts them on the GPU when it sees one. The other steps are KIND_CPU.
 GPU_STEPS = ("classifier", "vision_encoder", "captioner")
 CUDA = "CUDAExecutionProvider"

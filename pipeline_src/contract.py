@@ -22,6 +22,9 @@ CAPTION = "CAPTION"  # BYTES: the caption, conditioned on the label
 CAPTION_STATUS = "CAPTION_STATUS"  # BYTES: a CaptionStatus code, ": <detail>" after the failures'
 MODELS = "MODELS"  # BYTES: JSON, the models that answered (pipeline_src.provenance.served)
 CORE_OUTPUTS = (LABEL, PROBABILITY, CAPTION, CAPTION_STATUS, MODELS)
+# A call naming only these is answered without captioning: Triton runs only the steps its outputs need
+# (preprocess, classifier, label), milliseconds instead of the captioner's seconds.
+CLASSIFY_OUTPUTS = (LABEL, PROBABILITY, MODELS)
 # As config.pbtxt spells each (data_type, one row's dims); food11-validate holds the ensemble to them.
 CONFIG_TYPES = {
     IMAGE: ("TYPE_STRING", (1,)),

@@ -15,14 +15,14 @@ import numpy as np
 
 from pipeline_src.repository.loading import parse_config
 from pipeline_src.steps.captioning import GreedyCaptioner
-from pipeline_src.steps.classification import plan_captions
+from pipeline_src.steps.classification import plan_captions, softmax
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import PrecisionChoice
 from pipeline_src.steps.settings import (
     CaptionerSettings,
+    CaptionWithLabelSettings,
     ClassifierSettings,
-    LabelAndCaptionSettings,
     PreprocessSettings,
     SettingsError,
     StepSettings,
@@ -77,7 +77,7 @@ class InProcessPipeline:
         self.course = course
         self.preprocess_settings = step_settings(repository, "preprocess", PreprocessSettings)
         classifier = step_settings(repository, "classifier", ClassifierSettings)
-        self.labelling = step_settings(repository, "label_and_caption", LabelAndCaptionSettings)
+        self.labelling = step_settings(repository, "caption_with_label", CaptionWithLabelSettings)
         # The knobs the vision encoder shares with the captioner apply to both.
         self.vision_settings = step_settings(repository, "vision_encoder", VisionEncoderSettings).replace(
             **{key: value for key, value in captioner_overrides.items() if key in ("cpu_precision", "intra_op_threads")}
@@ -102,7 +102,7 @@ class InProcessPipeline:
         return np.stack([t.classifier for t in tensors]), np.stack([t.captioner for t in tensors])
 
     def prompts(self, logits: np.ndarray) -> tuple[list, list[str]]:
-        plans = plan_captions(logits, self.labelling.prompt_template, self.labelling.confidence_threshold)
+        plans = plan_captions(softmax(logits), self.labelling.prompt_template, self.labelling.confidence_threshold)
         return plans.predictions, plans.prompts
 
     def __call__(self, photos: Sequence[bytes]) -> list[Answer]:

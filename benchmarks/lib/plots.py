@@ -13,7 +13,8 @@ import matplotlib.pyplot as plt
 STEP_COLOURS = {
     "preprocess": "tab:blue",
     "classifier": "tab:orange",
-    "label_and_caption": "tab:green",
+    "label": "tab:purple",
+    "caption_with_label": "tab:green",
     "captioner": "tab:red",
 }
 

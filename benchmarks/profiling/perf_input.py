@@ -6,15 +6,15 @@ each of its inputs, and that tensor is computed here, from the photos, by the st
 this process with their own code and their config's settings:
 
 - ``preprocess`` (the real decoding and resizing), the ONNX steps (``OnnxStepSettings``: the classifier, the
-  vision encoder), ``label_and_caption``'s label, probabilities and status and the prompt it sends the
-  captioner, ``top_labels``;
-- a BLS caller's output that its callee makes (``label_and_caption``'s CAPTION, the captioner's), only when a
+  vision encoder), ``label``, ``caption_with_label``'s status and the prompt it sends the captioner,
+  ``top_labels``;
+- a BLS caller's output that its callee makes (``caption_with_label``'s CAPTION, the captioner's), only when a
   step needs it: the callee (the captioner, on ONNX Runtime, as ``InProcessPipeline`` runs it) is run here on
   what the caller sends it, and how long that took is printed, so a step after the BLS step gets data too;
 - any step whose settings class's module has ``compute(batch, settings)`` returning a dict of outputs (what
   ``food11-new-step`` writes), so a step fed by a step of yours gets data too;
 - a BLS callee (the captioner) gets what its caller sends: the caller's own input where it forwards it, else
-  what the caller's code computes (``label_and_caption``'s prompts).
+  what the caller's code computes (``caption_with_label``'s prompts).
 
 What cannot be computed here (a step whose code has no ``compute``, a model no ensemble feeds, a captioner
 whose model files are missing) is named, with the reason and what to do, in what ``write_all`` returns and
@@ -45,12 +45,22 @@ from pipeline_src.repository.loading import ModelEntry, parse_config
 from pipeline_src.repository.step_settings import stub_import_path
 from pipeline_src.steps.batching import bytes_rows
 from pipeline_src.steps.bls import BlsCall
+from pipeline_src.steps.caption_with_label import (
+    CAPTION_AFTER_PROMPT,
+    CAPTION_READ,
+    EMBEDS_SENT,
+    PROBABILITIES,
+    PROMPT,
+    PROMPT_SENT,
+    after_prompt,
+)
 from pipeline_src.steps.classification import plan_captions
 from pipeline_src.steps.imaging import image_tensors
-from pipeline_src.steps.label_and_caption import CAPTION_READ, EMBEDS_SENT, LOGITS, PROMPT_SENT, label_outputs
+from pipeline_src.steps.label import LOGITS, label_outputs
 from pipeline_src.steps.settings import (
     CaptionerSettings,
-    LabelAndCaptionSettings,
+    CaptionWithLabelSettings,
+    LabelSettings,
     OnnxStepSettings,
     PreprocessSettings,
     StepSettings,
@@ -146,22 +156,39 @@ def _onnx_runner(model: Model, settings: StepSettings) -> Runner:
     return lambda inputs: {output_name: onnx(np.asarray(inputs[input_name], dtype=dtype))}
 
 
-def _label_and_caption_runner(model: Model, settings: StepSettings) -> Runner:
+def _label_runner(model: Model, settings: StepSettings) -> Runner:
+    assert isinstance(settings, LabelSettings)
+    models = identity_json(model.directory.parent)
+    return lambda inputs: label_outputs(np.asarray(inputs[LOGITS], dtype=np.float32), models)
+
+
+def _caption_with_label_runner(model: Model, settings: StepSettings) -> Runner:
     """Its outputs but the caption, and the prompt it sends the captioner (``Tensors`` runs the captioner, only
     when a step needs the caption: it takes seconds a photo)."""
-    assert isinstance(settings, LabelAndCaptionSettings)
-    models = identity_json(model.directory.parent)
+    assert isinstance(settings, CaptionWithLabelSettings)
 
     def run(inputs: Mapping[str, np.ndarray]) -> Arrays:
-        plans = plan_captions(inputs[LOGITS], settings.prompt_template, settings.confidence_threshold)
+        plans = plan_captions(inputs[PROBABILITIES], settings.prompt_template, settings.confidence_threshold)
+        assert PROMPT_SENT.name == PROMPT  # its PROMPT output is what it sends the captioner by BLS
         return {
-            **label_outputs(plans.predictions),
             contract.CAPTION_STATUS: bytes_rows(plans.statuses),  # what it answers when the caption comes
-            contract.MODELS: bytes_rows([models] * len(plans.prompts)),
-            PROMPT_SENT.name: bytes_rows(plans.prompts),  # sent by BLS
+            PROMPT: bytes_rows(plans.prompts),
         }
 
     return run
+
+
+def _caption_with_label_completion(computed: Arrays) -> Arrays:
+    """Its outputs that need the caption, once the captioner's answer is in."""
+    captions = [caption.decode("utf-8") for caption in computed[contract.CAPTION].reshape(-1)]
+    prompts = [prompt.decode("utf-8") for prompt in computed[PROMPT].reshape(-1)]
+    return {CAPTION_AFTER_PROMPT: bytes_rows(list(map(after_prompt, captions, prompts)))}
+
+
+# A BLS step's outputs that its code derives from its callee's answer, by settings class.
+COMPLETIONS: dict[type[StepSettings], tuple[tuple[str, ...], Callable[[Arrays], Arrays]]] = {
+    CaptionWithLabelSettings: ((CAPTION_AFTER_PROMPT,), _caption_with_label_completion),
+}
 
 
 def _captioner_runner(model: Model, settings: StepSettings) -> Runner:
@@ -201,7 +228,8 @@ def _compute_runner(model: Model, settings: StepSettings) -> Runner | None:
 # The pipeline's own steps, by settings class (their model.py files are not plain compute functions).
 SPECIAL_RUNNERS: dict[type[StepSettings], Callable[[Model, StepSettings], Runner]] = {
     PreprocessSettings: _preprocess_runner,
-    LabelAndCaptionSettings: _label_and_caption_runner,
+    LabelSettings: _label_runner,
+    CaptionWithLabelSettings: _caption_with_label_runner,
     CaptionerSettings: _captioner_runner,
     TopLabelsSettings: _top_labels_runner,
     OnnxStepSettings: _onnx_runner,  # the classifier, the vision encoder, an ONNX step of yours
@@ -218,7 +246,7 @@ def sent_by_call(call: BlsCall, caller_inputs: Mapping[str, np.ndarray], compute
 
 @dataclass(frozen=True)
 class CalleeRun:
-    """A BLS callee run here for its caller's answers (the captioner for label_and_caption's CAPTION)."""
+    """A BLS callee run here for its caller's answers (the captioner for caption_with_label's CAPTION)."""
 
     callee: str
     caller: str
@@ -316,10 +344,16 @@ class Tensors:
             raise Unfed(f"{model} failed here on these photos: {exc!r}") from exc
 
     def _callee_answers(self, caller: str, output: str, inputs: tuple, computed: Arrays) -> Arrays:
-        """A caller's output that its BLS callee makes, under the callee's name for it (label_and_caption's
+        """A caller's output that its BLS callee makes, under the callee's name for it (caption_with_label's
         CAPTION, the captioner's): the callee run here on what the caller sends it."""
         settings = self.models[caller].settings()
-        call = next((c for c in getattr(settings, "BLS_CALLS", ()) if output in {t.name for t in c.outputs}), None)
+        calls = getattr(settings, "BLS_CALLS", ())
+        completed, complete = next(
+            (found for kind, found in COMPLETIONS.items() if isinstance(settings, kind)), ((), lambda _: {})
+        )
+        if output in completed:
+            calls = calls[:1]  # derived from the answer of its (first) call
+        call = next((c for c in calls if output in {t.name for t in c.outputs} or output in completed), None)
         if call is None:
             raise Unfed(f"{caller}'s output '{output}' is not computed here")
         callee = call.callee(settings)
@@ -329,7 +363,8 @@ class Tensors:
         except Unfed as exc:
             raise Unfed(f"{caller}'s output '{output}' comes from {callee}, called by BLS: {exc}") from None
         self.callee_runs.append(CalleeRun(callee, caller, len(self.photos), time.perf_counter() - started))
-        return {tensor.name: answers[tensor.name] for tensor in call.outputs}
+        answered = {tensor.name: answers[tensor.name] for tensor in call.outputs}
+        return {**answered, **complete({**computed, **answered})}
 
 
 @dataclass

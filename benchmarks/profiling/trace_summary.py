@@ -1,8 +1,8 @@
 """Where one traced request's time went, step by step, from a Triton trace file (TIMESTAMPS level).
 
 ``python scripts/trace_summary.py logs/trace.json.0`` prints, per traced request, a tree of the
-models it ran (the captioner under ``label_and_caption``, whose BLS call carries the trace) with
-request, queue and compute milliseconds. ``label_and_caption``'s compute includes its wait on the
+models it ran (the captioner under ``caption_with_label``, whose BLS call carries the trace) with
+request, queue and compute milliseconds. ``caption_with_label``'s compute includes its wait on the
 captioner.
 """
 

@@ -84,6 +84,17 @@ class CaptionResponse(BaseModel):
     elapsed_ms: float = Field(description="time this API spent on the request, milliseconds", examples=[41.7])
 
 
+class ClassifyResponse(BaseModel):
+    """The label alone: the pipeline runs no captioning for it (the preprocess step, the classifier and the
+    label step: milliseconds where a caption takes seconds)."""
+
+    label: str = Field(description="Food-11 class", examples=["Vegetable/Fruit"])
+    probability: float = Field(ge=0, le=1, description="softmax probability of the label", examples=[0.998])
+    warnings: list[str] = Field(description=WARNINGS_DOC, examples=[STANDIN_WARNINGS])
+    models: list[ServedModelInfo] = Field(description="which models answer", examples=[MODELS_EXAMPLE])
+    elapsed_ms: float = Field(description="time this API spent on the request, milliseconds", examples=[12.3])
+
+
 class PredictRequest(BaseModel):
     image: Base64Bytes = Field(description="the photo's file bytes, base64-encoded", examples=["/9j/4AAQSkZJRgABAQ..."])
 

@@ -9,13 +9,14 @@ from food11_client.errors import (
     PipelineError,
     ServerUnavailableError,
 )
-from food11_client.results import CaptionResult, OutputSpec, ServedModel
+from food11_client.results import CaptionResult, Classification, OutputSpec, ServedModel
 from food11_client.sync_client import Food11Client
 
 __all__ = [
     "RETRY_AFTER_S",
     "AsyncFood11Client",
     "CaptionResult",
+    "Classification",
     "DeadlineExceededError",
     "Food11Client",
     "InvalidImageError",

@@ -12,7 +12,7 @@ from food11_client import wire
 from food11_client.cancellation import DRAIN_ON_CLOSE_S, cancels_safely
 from food11_client.connection import Connection
 from food11_client.errors import given_up, triton_errors
-from food11_client.results import CaptionResult, OutputSpec
+from food11_client.results import CaptionResult, Classification, OutputSpec
 from pipeline_src.contract import MANIFESTS_MODEL
 
 
@@ -42,30 +42,36 @@ class AsyncFood11Client(Connection):
         return cancels_safely(await self.server_version())
 
     async def caption(self, images: Sequence[bytes], timeout_s: float | None = None) -> list[CaptionResult]:
-        timeout_s = timeout_s or self.timeout_s
         extra = await self.extra_outputs()
+        outputs = wire.requested_outputs(grpcclient_aio, extra)
+        return wire.caption_results(await self._call(images, outputs, timeout_s or self.timeout_s), extra)
+
+    async def classify(self, images: Sequence[bytes], timeout_s: float | None = None) -> list[Classification]:
+        """Label and probability only: the ensemble runs no captioning for it (milliseconds, not seconds)."""
+        outputs = wire.classify_outputs(grpcclient_aio)
+        return wire.classifications(await self._call(images, outputs, timeout_s or self.timeout_s))
+
+    async def _call(self, images: Sequence[bytes], outputs: list, timeout_s: float | None):
         if await self.cancels_calls():
-            return wire.caption_results(await self._infer(images, extra, timeout_s, cancel_at_deadline=True), extra)
-        call = asyncio.ensure_future(self._infer(images, extra, timeout_s, cancel_at_deadline=False))
+            return await self._infer(images, outputs, timeout_s, cancel_at_deadline=True)
+        call = asyncio.ensure_future(self._infer(images, outputs, timeout_s, cancel_at_deadline=False))
         self._unanswered.add(call)
         call.add_done_callback(self._forget)
         try:
             # shield: cancelling this coroutine (a client that hung up) must not cancel the gRPC call
-            return wire.caption_results(await asyncio.wait_for(asyncio.shield(call), timeout_s), extra)
+            return await asyncio.wait_for(asyncio.shield(call), timeout_s)
         except asyncio.TimeoutError:
             assert timeout_s is not None  # only a deadline times out
             error = given_up(timeout_s, await self.server_version())
             error.still_running = call
             raise error from None
 
-    async def _infer(
-        self, images: Sequence[bytes], extra: Sequence[OutputSpec], timeout_s: float | None, cancel_at_deadline: bool
-    ):
+    async def _infer(self, images: Sequence[bytes], outputs: list, timeout_s: float | None, cancel_at_deadline: bool):
         with triton_errors(timeout_s):
             return await self._client.infer(
                 self.model,
                 wire.image_inputs(grpcclient_aio, images),
-                outputs=wire.requested_outputs(grpcclient_aio, extra),
+                outputs=outputs,
                 timeout=wire.triton_timeout_us(timeout_s),
                 client_timeout=timeout_s if cancel_at_deadline else None,
             )

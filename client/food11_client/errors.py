@@ -58,7 +58,7 @@ def translate(exc: InferenceServerException, deadline_spent: bool = False) -> Pi
     """``deadline_spent``: the caller's time ran out before this came; a queue's timeout is then the request's
     own (the caller's deadline, which every call carries), not overload."""
     status, message = exc.status(), exc.message() or str(exc)
-    # UNAVAILABLE also means "server down": Triton's queue refusal (forwarded by label_and_caption when the
+    # UNAVAILABLE also means "server down": Triton's queue refusal (forwarded by caption_with_label when the
     # captioner refused) is in the text.
     if status == "StatusCode.UNAVAILABLE" and refused_under_load(message):
         if deadline_spent and contract.QUEUE_TIMED_OUT in message:

@@ -1,5 +1,5 @@
-"""What a caption call answers: one ``CaptionResult`` per photo, the models that served it, and the outputs
-the ensemble declares beyond the core contract."""
+"""What a call answers: per photo, a ``CaptionResult`` (``caption``) or a ``Classification`` (``classify``), the
+models that served it, and the outputs the ensemble declares beyond the core contract."""
 
 from __future__ import annotations
 
@@ -18,6 +18,11 @@ class ServedModel:
     sha256: str  # the first 16 hex digits of the manifest's hash: tells builds apart
     source: str  # where the weights came from
     warning: str = ""  # a stand-in's, in plain words
+
+
+def warnings_of(models: tuple[ServedModel, ...]) -> list[str]:
+    """The models' warnings (a stand-in's words), each once."""
+    return list(dict.fromkeys(model.warning for model in models if model.warning))
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,23 @@ class CaptionResult:
     @property
     def warnings(self) -> list[str]:
         """What a user must know about this answer (a stand-in's words), each once."""
-        return list(dict.fromkeys(model.warning for model in self.models if model.warning))
+        return warnings_of(self.models)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "models": [asdict(model) for model in self.models], "warnings": self.warnings}
+
+
+@dataclass(frozen=True)
+class Classification:
+    """A classify-only answer: the label and its probability, without a caption (nor its cost)."""
+
+    label: str
+    probability: float
+    models: tuple[ServedModel, ...] = ()
+
+    @property
+    def warnings(self) -> list[str]:
+        return warnings_of(self.models)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "models": [asdict(model) for model in self.models], "warnings": self.warnings}

@@ -13,7 +13,7 @@ from food11_client import wire
 from food11_client.cancellation import DRAIN_ON_CLOSE_S, cancels_safely
 from food11_client.connection import Connection
 from food11_client.errors import given_up, translate, triton_errors
-from food11_client.results import CaptionResult, OutputSpec
+from food11_client.results import CaptionResult, Classification, OutputSpec
 from pipeline_src.contract import MANIFESTS_MODEL
 
 
@@ -40,7 +40,14 @@ class Food11Client(Connection):
 
     def caption(self, images: Sequence[bytes]) -> list[CaptionResult]:
         extra = self.extra_outputs()
-        inputs, outputs = wire.image_inputs(grpcclient, images), wire.requested_outputs(grpcclient, extra)
+        return wire.caption_results(self._call(images, wire.requested_outputs(grpcclient, extra)), extra)
+
+    def classify(self, images: Sequence[bytes]) -> list[Classification]:
+        """Label and probability only: the ensemble runs no captioning for it (milliseconds, not seconds)."""
+        return wire.classifications(self._call(images, wire.classify_outputs(grpcclient)))
+
+    def _call(self, images: Sequence[bytes], outputs: list):
+        inputs = wire.image_inputs(grpcclient, images)
         started = time.monotonic()
         if self.timeout_s is None or cancels_safely(self.server_version()):
             with triton_errors(self.timeout_s, started):
@@ -51,8 +58,8 @@ class Food11Client(Connection):
                     timeout=wire.triton_timeout_us(self.timeout_s),
                     client_timeout=self.timeout_s,
                 )
-            return wire.caption_results(response, extra)
-        return wire.caption_results(self._infer_without_cancelling(inputs, outputs, self.timeout_s, started), extra)
+            return response
+        return self._infer_without_cancelling(inputs, outputs, self.timeout_s, started)
 
     def _infer_without_cancelling(self, inputs: list, outputs: list, timeout_s: float, started: float):
         """Wait for the call until its deadline, then give up on it without cancelling it (it runs on in Triton)."""

@@ -10,9 +10,9 @@ from dataclasses import fields
 
 import numpy as np
 
-from food11_client.results import CaptionResult, OutputSpec, ServedModel
+from food11_client.results import CaptionResult, Classification, OutputSpec, ServedModel
 from pipeline_src import contract
-from pipeline_src.contract import CORE_OUTPUTS
+from pipeline_src.contract import CLASSIFY_OUTPUTS, CORE_OUTPUTS
 
 
 def image_inputs(module, images: Sequence[bytes]) -> list:
@@ -25,6 +25,10 @@ def image_inputs(module, images: Sequence[bytes]) -> list:
 
 def requested_outputs(module, extra: Sequence[OutputSpec]) -> list:
     return [module.InferRequestedOutput(name) for name in (*CORE_OUTPUTS, *(spec.name for spec in extra))]
+
+
+def classify_outputs(module) -> list:
+    return [module.InferRequestedOutput(name) for name in CLASSIFY_OUTPUTS]
 
 
 def triton_timeout_us(timeout_s: float | None) -> int | None:
@@ -75,6 +79,14 @@ def caption_results(response, extra: Sequence[OutputSpec]) -> list[CaptionResult
         for index, (label, probability, caption, status, served) in enumerate(
             zip(labels, probabilities, captions, statuses, models)
         )
+    ]
+
+
+def classifications(response) -> list[Classification]:
+    labels, probabilities, models = (response.as_numpy(name).reshape(-1) for name in CLASSIFY_OUTPUTS)
+    return [
+        Classification(label.decode(), float(probability), _served_models(served))
+        for label, probability, served in zip(labels, probabilities, models)
     ]
 
 

@@ -23,7 +23,7 @@ from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.labels import FOOD11_CLASSES
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import FIDELITY_FILE, precision_file, read_fidelity
-from pipeline_src.steps.settings import LabelAndCaptionSettings
+from pipeline_src.steps.settings import CaptionWithLabelSettings
 from pipeline_src.steps.text_decoder import (
     CACHE_LAYOUT,
     CROSS_KV_FILE,
@@ -96,7 +96,7 @@ def build(snapshot: Path, paths: GraphPaths, int8: bool = False) -> Iterator[str
     del blip
 
     tokenizer.backend_tokenizer.save(str(paths.tokenizer))
-    template = LabelAndCaptionSettings().prompt_template
+    template = CaptionWithLabelSettings().prompt_template
     blip_fidelity.require_same_tokenizer(
         tokenizers.Tokenizer.from_file(str(paths.tokenizer)),
         tokenizer,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from pipeline_src.repository.graphs import find_cycles
 from pipeline_src.repository.loading import ModelEntry
+from pipeline_src.repository.pruning import Step, ensemble_outputs_read, starved_calls
 from pipeline_src.repository.report import Report
 from pipeline_src.repository.tensors import (
     ANY,
@@ -84,6 +85,8 @@ class _EnsembleCheck:
         self.check_producers()
         self.check_edges()
         self.check_cycles()
+        if not any(problem.model == self.entry.name for problem in self.report.errors):
+            self.check_pruning()
 
     def read_step(self, number: int, step) -> None:
         """Record what the step consumes and produces, checking it against its model's config."""
@@ -200,3 +203,26 @@ class _EnsembleCheck:
         for cycle in find_cycles(needs):
             path = " needs ".join(labels[step] for step in [*cycle, cycle[0]])
             self.error(f"steps form a cycle: {path}")
+
+    def check_pruning(self) -> None:
+        """Warn of the calls Triton cannot answer because it leaves out a step that the call needs
+        (pipeline_src.repository.pruning), naming the smallest such call, the cause and the fix."""
+        scheduled = self.config.ensemble_scheduling.step
+        steps = [Step(s.model_name, frozenset(s.input_map.values()), tuple(s.output_map.values())) for s in scheduled]
+        ensemble_outputs = [tensor.name for tensor in self.config.output]
+        starved = starved_calls(steps, [tensor.name for tensor in self.config.input], ensemble_outputs)
+        if not starved:
+            return
+        readers = "; ".join(
+            f"step {index + 1} ({steps[index].model}) reads {_listed(names)}"
+            for index, names in ensemble_outputs_read(steps, ensemble_outputs).items()
+        )
+        for call in starved:
+            self.report.warning(
+                self.entry.name,
+                f"a call naming only {_listed(call.requested)} fails in Triton ('unexpected deadlock'): Triton "
+                f"leaves out step {call.dropped + 1} ({steps[call.dropped].model}), so '{call.tensor}' is never "
+                f"made. Triton counts an ensemble output that a call does not name as unneeded, even when a step "
+                f"reads it ({readers}): have steps read outputs that are no ensemble outputs instead "
+                "(docs/EXTENDING.md, 'A step after another')",
+            )

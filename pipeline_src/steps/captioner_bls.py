@@ -1,12 +1,12 @@
-"""label_and_caption's call to the captioner by BLS, made for one of its requests: the ``CaptionerCall`` that
-``pipeline_src.steps.label_and_caption`` is handed. Imported only inside Triton (``triton_python_backend_utils``).
+"""caption_with_label's call to the captioner by BLS, made for one of its requests: the ``CaptionerCall`` that
+``pipeline_src.steps.caption_with_label`` is handed. Imported only inside Triton (``triton_python_backend_utils``).
 """
 
 from __future__ import annotations
 
 import triton_python_backend_utils as pb_utils
 
-from pipeline_src.steps.label_and_caption import (
+from pipeline_src.steps.caption_with_label import (
     CAPTION_READ,
     CAPTIONER_CALL,
     EMBEDS_SENT,
@@ -14,11 +14,11 @@ from pipeline_src.steps.label_and_caption import (
     CaptionerCall,
     CaptionerFailed,
 )
-from pipeline_src.steps.settings import LabelAndCaptionSettings
+from pipeline_src.steps.settings import CaptionWithLabelSettings
 from pipeline_src.steps.triton_step import bytes_tensor
 
 
-def captioner_for(caller, settings: LabelAndCaptionSettings) -> CaptionerCall:
+def captioner_for(caller, settings: CaptionWithLabelSettings) -> CaptionerCall:
     """The captioner call for the request ``caller``: its images, with the prompts it is given. The call carries
     the caller's trace (a traced request's trace shows the captioner as its child) and its timeout (the time its
     caller has left: the captioner's queue refuses it past that)."""

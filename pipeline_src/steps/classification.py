@@ -1,4 +1,5 @@
-"""From classifier logits to a Food-11 label, a real probability, and the captioning prompt."""
+"""From classifier logits to a Food-11 label and a real probability (the ``label`` step), and from those
+probabilities to the captioning prompt (``caption_with_label``)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,34 @@ class Prediction:
     probabilities: np.ndarray  # float32 [11], sums to 1
 
 
+SUM_TOLERANCE = 1e-3  # float32 softmax rows sum to 1 within ~1e-6; more means this is not a distribution
+
+
+def logits_problem(rows: np.ndarray) -> str | None:
+    """Why one request's rows are not usable logits over the classes (it then fails alone)."""
+    if rows.ndim != 2 or rows.shape[1] != len(FOOD11_CLASSES):
+        return f"expected [n, {len(FOOD11_CLASSES)}] logits, got shape {list(rows.shape)}"
+    if not np.all(np.isfinite(rows)):
+        return "logits contain NaN or infinity"
+    return None
+
+
+def distribution_problem(rows: np.ndarray) -> str | None:
+    """Why one request's rows are not probability distributions over the classes (it then fails alone)."""
+    if rows.ndim != 2 or rows.shape[1] != len(FOOD11_CLASSES):
+        return f"expected [n, {len(FOOD11_CLASSES)}] probabilities, got shape {list(rows.shape)}"
+    for index, row in enumerate(rows):
+        if not np.all(np.isfinite(row)) or np.any(row < 0) or abs(float(row.sum()) - 1.0) > SUM_TOLERANCE:
+            return f"row {index + 1} of {len(rows)} is not a probability distribution (sum {row.sum():.6g})"
+    return None
+
+
+def pick(probabilities: np.ndarray, classes: tuple[str, ...] = FOOD11_CLASSES) -> Prediction:
+    """The top class of one row of probabilities (ties: the lower index, as argmax)."""
+    index = int(np.argmax(probabilities))
+    return Prediction(classes[index], float(probabilities[index]), np.asarray(probabilities, dtype=np.float32))
+
+
 def predict(logits: np.ndarray, classes: tuple[str, ...] = FOOD11_CLASSES) -> Prediction:
     """The top class of one row of logits, with its softmax probability."""
     logits = np.asarray(logits)
@@ -32,9 +61,7 @@ def predict(logits: np.ndarray, classes: tuple[str, ...] = FOOD11_CLASSES) -> Pr
         raise ValueError(f"expected {len(classes)} logits, got shape {logits.shape}")
     if not np.all(np.isfinite(logits)):
         raise ValueError("logits contain NaN or infinity")
-    probabilities = softmax(logits)
-    index = int(np.argmax(probabilities))
-    return Prediction(classes[index], float(probabilities[index]), probabilities)
+    return pick(softmax(logits), classes)
 
 
 def build_prompt(template: str, label: str) -> str:
@@ -66,10 +93,13 @@ class CaptionPlans:
     statuses: list[str]
 
 
-def plan_captions(logits: np.ndarray, template: str, threshold: float) -> CaptionPlans:
-    """``predict`` each row of ``logits [n, classes]``, then ``caption_plan`` it: what label_and_caption does
-    before calling the captioner (the step itself, the in-process pipeline and the benchmarks' input data).
-    ValueError names the first unusable row's problem."""
-    predictions = [predict(row) for row in logits]
+def plan_captions(probabilities: np.ndarray, template: str, threshold: float) -> CaptionPlans:
+    """``pick`` each row of ``probabilities [n, classes]`` (the label step's), then ``caption_plan`` it: what
+    caption_with_label does before calling the captioner (the step itself, the in-process pipeline and the
+    benchmarks' input data). ValueError names the first row that is not a distribution."""
+    problem = distribution_problem(np.asarray(probabilities))
+    if problem:
+        raise ValueError(problem)
+    predictions = [pick(row) for row in probabilities]
     plans = [caption_plan(prediction, template, threshold) for prediction in predictions]
     return CaptionPlans(predictions, [prompt for prompt, _ in plans], [status for _, status in plans])

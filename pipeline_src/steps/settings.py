@@ -192,7 +192,13 @@ class VisionEncoderSettings(PrecisionSettings, OnnxStepSettings):
 
 
 @dataclass(frozen=True)
-class LabelAndCaptionSettings(StepSettings):
+class LabelSettings(StepSettings):
+    """The label step has nothing to tune; its class names its code for the tools that run steps outside Triton
+    (the benchmarks' input data)."""
+
+
+@dataclass(frozen=True)
+class CaptionWithLabelSettings(StepSettings):
     captioner_model: str = "captioner"
     prompt_template: str = "a photo of {label},"
     confidence_threshold: float = 0.5  # below it, caption without the label prompt

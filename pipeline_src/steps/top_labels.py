@@ -1,7 +1,7 @@
 """The k most probable Food-11 labels of each photo, best first, with their probabilities.
 
 The worked example of extending the pipeline (docs/EXTENDING.md): created by ``food11-new-step top_labels``,
-then edited. It reads label_and_caption's PROBABILITIES (the softmax over the 11 classes), so its first label
+then edited. It reads the label step's PROBABILITIES (the softmax over the 11 classes), so its first label
 and probability are the pipeline's LABEL and PROBABILITY: ties go to the lower class index, as argmax does.
 """
 
@@ -16,7 +16,6 @@ from pipeline_src.steps.labels import FOOD11_CLASSES
 from pipeline_src.steps.settings import SettingsError, StepSettings
 
 OUTPUTS = ("TOP_LABELS", "TOP_PROBABILITIES")  # both declare k per row in the config
-SUM_TOLERANCE = 1e-3  # float32 softmax rows sum to 1 within ~1e-6; more means this is not a distribution
 
 
 @dataclass(frozen=True)
@@ -37,16 +36,6 @@ def check_output_dims(k: int, output_dims: Mapping[str, Sequence[int]]) -> None:
     }
     if wrong:
         raise SettingsError(f"parameter k={k}, but the outputs declare dims {wrong}: make them [ {k} ] (or [ -1 ])")
-
-
-def find_problem(rows: np.ndarray) -> str | None:
-    """Why one request's rows are not probability distributions over the classes (it then fails alone)."""
-    if rows.ndim != 2 or rows.shape[1] != len(FOOD11_CLASSES):
-        return f"expected [n, {len(FOOD11_CLASSES)}] probabilities, got shape {list(rows.shape)}"
-    for index, row in enumerate(rows):
-        if not np.all(np.isfinite(row)) or np.any(row < 0) or abs(float(row.sum()) - 1.0) > SUM_TOLERANCE:
-            return f"row {index + 1} of {len(rows)} is not a probability distribution (sum {row.sum():.6g})"
-    return None
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ LOG = "\n".join(
     f'I1124 02:53:02.891430 595 python_be.cc:2249] "{message}"'
     for message in (
         "TRITONBACKEND_ModelInstanceInitialize: classifier_0_0 (GPU device 0)",
-        "TRITONBACKEND_ModelInstanceInitialize: label_and_caption_0_3 (CPU device 0)",
-        "TRITONBACKEND_ModelInstanceInitialize: label_and_caption_0_1 (CPU device 0)",
+        "TRITONBACKEND_ModelInstanceInitialize: caption_with_label_0_3 (CPU device 0)",
+        "TRITONBACKEND_ModelInstanceInitialize: caption_with_label_0_1 (CPU device 0)",
         "TRITONBACKEND_ModelInstanceInitialize: captioner_0_0 (GPU device 0)",
         "TRITONBACKEND_ModelInstanceInitialize: vision_encoder_0_0 (GPU device 0)",
         "classifier: ONNX Runtime providers ['CUDAExecutionProvider', 'CPUExecutionProvider']",
@@ -69,7 +69,7 @@ def test_a_step_is_on_the_gpu_only_where_config_log_and_its_providers_all_say_so
         "classifier": [{"kind": "KIND_GPU", "count": 1, "gpus": [0]}],
         "captioner": [{"kind": "KIND_GPU", "count": 1, "gpus": [0]}],
         "vision_encoder": [{"kind": "KIND_GPU", "count": 1, "gpus": [0]}],  # but its session fell back to the CPU
-        "label_and_caption": [{"kind": "KIND_CPU", "count": 2}],
+        "caption_with_label": [{"kind": "KIND_CPU", "count": 2}],
     }
     steps = placement(LOG, groups)
     assert steps["classifier"] == {
@@ -81,8 +81,8 @@ def test_a_step_is_on_the_gpu_only_where_config_log_and_its_providers_all_say_so
     assert steps["captioner"]["on_gpu"] is True
     assert steps["vision_encoder"]["providers"] == ["CPUExecutionProvider"]
     assert steps["vision_encoder"]["on_gpu"] is False
-    assert steps["label_and_caption"]["instances"] == ["CPU 0", "CPU 0"]
-    assert steps["label_and_caption"]["on_gpu"] is False
+    assert steps["caption_with_label"]["instances"] == ["CPU 0", "CPU 0"]
+    assert steps["caption_with_label"]["on_gpu"] is False
     assert "NOT on the GPU: vision_encoder." in markdown({"placement": steps})
 
 

@@ -19,11 +19,11 @@ from pipeline_src.repository.validate import validate_repository
 from pipeline_src.serving.launcher import TritonServer, free_ports
 from pipeline_src.steps.classification import plan_captions
 from pipeline_src.steps.imaging import image_tensors
-from pipeline_src.steps.settings import CaptionerSettings, LabelAndCaptionSettings
+from pipeline_src.steps.settings import CaptionerSettings, CaptionWithLabelSettings
 
 pytestmark = pytest.mark.integration
 
-MODELS = ("food11_pipeline", "preprocess", "classifier", "vision_encoder", "label_and_caption", "captioner")
+MODELS = ("food11_pipeline", "preprocess", "classifier", "vision_encoder", "caption_with_label", "captioner")
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_a_new_step_gets_what_its_ensemble_would_hand_it_and_the_rest_is_named(e
     (entry, *_) = json.loads(result.written[CAPTION_LENGTH].read_text())["data"]
     assert len(strings(entry["CAPTION_CODES"])) == 1 and strings(entry["CAPTION_CODES"])[0]
     assert [(run.callee, run.caller, run.photos) for run in result.callee_runs] == [
-        ("captioner", "label_and_caption", 3)
+        ("captioner", "caption_with_label", 3)
     ]
     # the pipeline's own files are still written, the same for the ensemble's callers
     assert {"food11_pipeline", "captioner", "top_labels", "preprocess"} <= set(result.written)
@@ -200,7 +200,7 @@ def test_a_step_after_the_bls_step_whose_callee_cannot_run_here_is_named_with_wh
     monkeypatch.setitem(SPECIAL_RUNNERS, CaptionerSettings, missing_graphs)
     result = write_all(extended, [photos["apple.jpg"]], tmp_path)
     why = result.unfed[CAPTION_LENGTH]
-    assert "label_and_caption's output 'CAPTION' comes from captioner, called by BLS" in why
+    assert "caption_with_label's output 'CAPTION' comes from captioner, called by BLS" in why
     assert "no text decoder graphs" in why and "write its input file yourself" in why
     assert IMAGE_QUALITY in result.written and not result.callee_runs
 
@@ -214,19 +214,21 @@ def test_the_command_prints_what_it_wrote_and_what_it_could_not(extended, photos
     assert f"{IMAGE_QUALITY}: {tmp_path / 'out' / IMAGE_QUALITY}.json" in lines
     assert any(line.startswith(f"{ORPHAN}: not written: no ensemble feeds it") for line in lines), lines
     assert f"{CAPTION_LENGTH}: {tmp_path / 'out' / CAPTION_LENGTH}.json" in lines
-    assert any(line.startswith("ran captioner here for label_and_caption's answers to 1 photos: ") for line in lines)
+    assert any(line.startswith("ran captioner here for caption_with_label's answers to 1 photos: ") for line in lines)
 
 
 # --- a step after the BLS step, on a server ------------------------------------------------------------------
 
-AFTER_BLS = "caption_words_pi"  # reads label_and_caption's CAPTION and LABEL, which only the captioner completes
+AFTER_BLS = (
+    "caption_words_pi"  # reads caption_with_label's prompt and the caption's words, which only the captioner makes
+)
 WORDS = "CAPTION_WORDS_PI"
 AFTER_BLS_CONFIG = f"""name: "{AFTER_BLS}"
 backend: "python"
 max_batch_size: 8
 input [
-  {{ name: "CAPTION", data_type: TYPE_STRING, dims: [ 1 ] }},
-  {{ name: "LABEL", data_type: TYPE_STRING, dims: [ 1 ] }}
+  {{ name: "WORDS", data_type: TYPE_STRING, dims: [ 1 ] }},
+  {{ name: "PROMPT", data_type: TYPE_STRING, dims: [ 1 ] }}
 ]
 output [ {{ name: "CAPTION_WORDS", data_type: TYPE_INT32, dims: [ 1 ] }} ]
 instance_group [ {{ count: 1, kind: KIND_CPU }} ]
@@ -238,8 +240,8 @@ from pipeline_src.steps.triton_step import StepContext, answer_stacked
 
 
 def count_words(batch):
-    rows = zip(batch["CAPTION"].reshape(-1), batch["LABEL"].reshape(-1))
-    words = [len(caption.split()) + len(label.split()) for caption, label in rows]
+    rows = zip(batch["WORDS"].reshape(-1), batch["PROMPT"].reshape(-1))
+    words = [len(own.split()) + len(prompt.split()) for own, prompt in rows]
     return {"CAPTION_WORDS": np.array(words, dtype=np.int32).reshape(-1, 1)}
 
 
@@ -248,21 +250,21 @@ class TritonPythonModel:
         self.step = StepContext(args)
 
     def execute(self, requests):
-        return answer_stacked(self.step, requests, ["CAPTION", "LABEL"], count_words)
+        return answer_stacked(self.step, requests, ["WORDS", "PROMPT"], count_words)
 """
 AFTER_BLS_WIRED = f"""
     {{
       model_name: "{AFTER_BLS}"
       model_version: -1
-      input_map {{ key: "CAPTION", value: "CAPTION" }}
-      input_map {{ key: "LABEL", value: "LABEL" }}
+      input_map {{ key: "WORDS", value: "caption_after_prompt" }}
+      input_map {{ key: "PROMPT", value: "prompt" }}
       output_map {{ key: "CAPTION_WORDS", value: "{WORDS}" }}
     }},"""
 
 
 @pytest.fixture(scope="module")
 def after_bls(model_repository, tmp_path_factory):
-    """A copy of the built repository with a step after label_and_caption, wired into food11_pipeline."""
+    """A copy of the built repository with a step after caption_with_label, wired into food11_pipeline."""
     repository = shutil.copytree(model_repository, tmp_path_factory.mktemp("after_bls") / "model_repository")
     (repository / AFTER_BLS / "1").mkdir(parents=True)
     (repository / AFTER_BLS / "config.pbtxt").write_text(AFTER_BLS_CONFIG)
@@ -270,6 +272,13 @@ def after_bls(model_repository, tmp_path_factory):
     config = repository / "food11_pipeline" / "config.pbtxt"
     edit(config, "ensemble_scheduling {\n  step [", "ensemble_scheduling {\n  step [" + AFTER_BLS_WIRED)
     edit(config, "\noutput [\n", f'\noutput [\n  {{ name: "{WORDS}", data_type: TYPE_INT32, dims: [ 1 ] }},\n')
+    edit(
+        config,
+        '      output_map { key: "CAPTION_STATUS", value: "CAPTION_STATUS" }\n',
+        '      output_map { key: "CAPTION_STATUS", value: "CAPTION_STATUS" }\n'
+        '      output_map { key: "PROMPT", value: "prompt" }\n'
+        '      output_map { key: "CAPTION_AFTER_PROMPT", value: "caption_after_prompt" }\n',
+    )
     return repository
 
 
@@ -293,18 +302,21 @@ def test_a_step_after_the_bls_step_gets_real_captions_and_perf_analyzer_measures
     fruit = [photos[name] for name in ("apple.jpg", "orange.jpg", "fruits.jpg")]
     result = write_all(after_bls, fruit, tmp_path / "perf_input")
     entries = json.loads(result.written[AFTER_BLS].read_text())["data"]
-    captions = [strings(entry["CAPTION"])[0] for entry in entries]
-    labels = [strings(entry["LABEL"])[0] for entry in entries]
-    # The captions label_and_caption would answer: each begins with its label's prompt when it is confident.
-    logits = np.stack(
-        [floats(entry["LOGITS"]) for entry in json.loads(result.written["label_and_caption"].read_text())["data"]]
+    own_words = [strings(entry["WORDS"])[0] for entry in entries]
+    prompts = [strings(entry["PROMPT"])[0] for entry in entries]
+    # What caption_with_label would answer: its prompt for the label step's probabilities, and the words the
+    # captioner added to it.
+    probabilities = np.stack(
+        [
+            floats(entry["PROBABILITIES"])
+            for entry in json.loads(result.written["caption_with_label"].read_text())["data"]
+        ]
     )
-    settings = step_settings(after_bls, "label_and_caption", LabelAndCaptionSettings)
-    plans = plan_captions(logits, settings.prompt_template, settings.confidence_threshold)
-    assert labels == [prediction.label for prediction in plans.predictions]
+    settings = step_settings(after_bls, "caption_with_label", CaptionWithLabelSettings)
+    plans = plan_captions(probabilities, settings.prompt_template, settings.confidence_threshold)
+    assert prompts == plans.prompts
     assert any(plans.prompts), "no confident label among the fruit: the prompt is not checked"
-    for caption, prompt in zip(captions, plans.prompts):
-        assert caption.strip() and caption.startswith(prompt), (caption, prompt)
+    assert all(words.strip() for words in own_words)
     assert [run.callee for run in result.callee_runs] == ["captioner"] and result.callee_runs[0].seconds > 0
     assert AFTER_BLS not in result.unfed
     assert_measured(after_bls_server, AFTER_BLS, result.written[AFTER_BLS], tmp_path)

@@ -76,11 +76,11 @@ def test_one_traced_request_shows_every_step_with_the_captioner_under_the_bls_st
     steps = {t["model_name"]: i for i, t in traces.items() if t.get("parent_id") == root_id}
     assert sorted(steps) == sorted(steps_declared), f"children of the ensemble's trace: {sorted(steps)}"
     assert all(traces[steps[step]]["request_id"] == request_id for step in steps_declared)
-    # The BLS call: a child of label_and_caption's trace, not an orphan (no trace) nor a root.
+    # The BLS call: a child of caption_with_label's trace, not an orphan (no trace) nor a root.
     captioners = [i for i, t in traces.items() if t.get("model_name") == "captioner"]
     assert captioners, f"no captioner in the trace: {sorted(t.get('model_name') for t in traces.values())}"
     (captioner_id,) = captioners
-    assert traces[captioner_id]["parent_id"] == steps["label_and_caption"]
+    assert traces[captioner_id]["parent_id"] == steps["caption_with_label"]
     # One request: the ensemble's trace, one per step, and the captioner's.
     assert len(traces) == len(steps_declared) + 2, [t.get("model_name") for t in traces.values()]
 
@@ -89,18 +89,18 @@ def test_one_traced_request_shows_every_step_with_the_captioner_under_the_bls_st
             traces[step_id]["ns"]
         ), traces[step_id]
     # Causal order only (no durations): every step starts inside the ensemble's request, and the
-    # captioner is asked and runs while label_and_caption computes, since that step waits for it.
+    # captioner is asked and runs while caption_with_label computes, since that step waits for it.
     ensemble = traces[root_id]["ns"]
-    bls = traces[steps["label_and_caption"]]["ns"]
+    bls = traces[steps["caption_with_label"]]["ns"]
     captioner = traces[captioner_id]["ns"]
     for step_id in steps.values():
         assert ensemble["REQUEST_START"] <= traces[step_id]["ns"]["REQUEST_START"] <= ensemble["REQUEST_END"]
     assert bls["COMPUTE_START"] <= captioner["REQUEST_START"] <= captioner["COMPUTE_START"] <= bls["COMPUTE_END"]
 
-    # scripts/trace_summary.py shows the same tree: the captioner one level under label_and_caption.
+    # scripts/trace_summary.py shows the same tree: the captioner one level under caption_with_label.
     lines = summary_lines(traces)
     names = [line.split()[0] for line in lines[1:]]
     # Steps that run side by side may start in either order: the tree, not the order, is fixed.
     assert names[0] == ENSEMBLE and sorted(names[1:]) == sorted([*steps_declared, "captioner"]), lines
-    bls_line = next(index for index, line in enumerate(lines) if line.startswith("  label_and_caption"))
+    bls_line = next(index for index, line in enumerate(lines) if line.startswith("  caption_with_label"))
     assert lines[bls_line + 1].startswith("    captioner"), lines

@@ -14,7 +14,7 @@ from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
 pytestmark = pytest.mark.integration
-TEMPLATE = "a photo of {label},"  # model_repository/label_and_caption/config.pbtxt
+TEMPLATE = "a photo of {label},"  # model_repository/caption_with_label/config.pbtxt
 
 
 def test_a_real_photo_gets_a_food11_label_a_probability_and_a_prompted_caption(client, photos):
@@ -74,20 +74,26 @@ def test_ensemble_equals_the_steps_run_one_by_one(client, triton_grpc, model_rep
     embeds = run_step(
         triton_grpc, "vision_encoder", {"pixel_values": (pre["CAPTIONER_PIXELS"], "FP32")}, ["image_embeds"]
     )["image_embeds"]
-    post = run_step(
-        triton_grpc,
-        "label_and_caption",
-        {"LOGITS": (logits, "FP32"), "IMAGE_EMBEDS": (embeds, "FP32")},
-        ["LABEL", "PROBABILITY", "PROBABILITIES", "CAPTION", "CAPTION_STATUS"],
+    label = run_step(
+        triton_grpc, "label", {"LOGITS": (logits, "FP32")}, ["LABEL", "PROBABILITY", "PROBABILITIES", "MODELS"]
     )
-    assert post["PROBABILITIES"].sum() == pytest.approx(1.0, abs=1e-5)
-    assert post["PROBABILITY"][0, 0] == pytest.approx(post["PROBABILITIES"].max())
+    assert label["PROBABILITIES"].sum() == pytest.approx(1.0, abs=1e-5)
+    assert label["PROBABILITY"][0, 0] == pytest.approx(label["PROBABILITIES"].max())
+    caption = run_step(
+        triton_grpc,
+        "caption_with_label",
+        {"PROBABILITIES": (label["PROBABILITIES"], "FP32"), "IMAGE_EMBEDS": (embeds, "FP32")},
+        ["CAPTION", "CAPTION_STATUS", "PROMPT", "CAPTION_AFTER_PROMPT"],
+    )
 
     (result,) = client.caption([photos["chelsea.jpg"]])
-    assert result.label == post["LABEL"][0, 0].decode() == FOOD11_CLASSES[int(post["PROBABILITIES"].argmax())]
-    assert result.probability == pytest.approx(float(post["PROBABILITY"][0, 0]), abs=1e-6)
-    assert result.caption == post["CAPTION"][0, 0].decode()
-    assert result.caption_status == post["CAPTION_STATUS"][0, 0].decode()
+    assert result.label == label["LABEL"][0, 0].decode() == FOOD11_CLASSES[int(label["PROBABILITIES"].argmax())]
+    assert result.probability == pytest.approx(float(label["PROBABILITY"][0, 0]), abs=1e-6)
+    assert [entry["sha256"] for entry in json.loads(label["MODELS"][0, 0])] == [model.sha256 for model in result.models]
+    assert result.caption == caption["CAPTION"][0, 0].decode()
+    assert result.caption_status == caption["CAPTION_STATUS"][0, 0].decode()
+    prompt, own_words = caption["PROMPT"][0, 0].decode(), caption["CAPTION_AFTER_PROMPT"][0, 0].decode()
+    assert result.caption == f"{prompt} {own_words}".strip()
 
 
 def test_two_photos_with_the_same_label_get_different_captions(client, photos):
@@ -115,18 +121,18 @@ def test_served_captions_equal_hugging_face_fp32_generate_on_the_same_pixels(
 
 @pytest.fixture
 def reloaded_bls_step(triton_grpc):
-    """Reload label_and_caption with changed parameters; restore the original config afterwards
+    """Reload caption_with_label with changed parameters; restore the original config afterwards
     (explicitly: Triton skips reloading a model whose files did not change)."""
-    original = triton_grpc.get_model_config("label_and_caption", as_json=True)["config"]
+    original = triton_grpc.get_model_config("caption_with_label", as_json=True)["config"]
 
     def reload(**parameters):
         config = json.loads(json.dumps(original))
         for key, value in parameters.items():
             config["parameters"][key] = {"string_value": str(value)}
-        triton_grpc.load_model("label_and_caption", config=json.dumps(config))
+        triton_grpc.load_model("caption_with_label", config=json.dumps(config))
 
     yield reload
-    triton_grpc.load_model("label_and_caption", config=json.dumps(original))
+    triton_grpc.load_model("caption_with_label", config=json.dumps(original))
 
 
 def test_below_the_confidence_threshold_the_caption_has_no_label_prompt(client, photos, reloaded_bls_step):

@@ -24,7 +24,8 @@ PIPELINE_STEPS = {
     "preprocess": settings.PreprocessSettings,
     "classifier": settings.ClassifierSettings,
     "vision_encoder": settings.VisionEncoderSettings,
-    "label_and_caption": settings.LabelAndCaptionSettings,
+    "label": settings.LabelSettings,
+    "caption_with_label": settings.CaptionWithLabelSettings,
     "captioner": settings.CaptionerSettings,
     "top_labels": TopLabelsSettings,  # the worked example of docs/EXTENDING.md
     "model_manifests": settings.ModelManifestsSettings,
@@ -68,13 +69,13 @@ def test_python_steps_have_a_model_file_and_valid_parameters(name):
 def test_cpu_only_steps_are_pinned_to_the_cpu_and_model_steps_follow_the_hardware():
     kinds = {name: {group.kind for group in CONFIGS[name].instance_group} for name in PIPELINE_STEPS}
     cpu, auto = model_config_pb2.ModelInstanceGroup.KIND_CPU, model_config_pb2.ModelInstanceGroup.KIND_AUTO
-    assert kinds["preprocess"] == {cpu} and kinds["label_and_caption"] == {cpu} and kinds["top_labels"] == {cpu}
-    assert kinds["model_manifests"] == {cpu}
+    assert kinds["preprocess"] == {cpu} and kinds["caption_with_label"] == {cpu} and kinds["top_labels"] == {cpu}
+    assert kinds["model_manifests"] == kinds["label"] == {cpu}
     assert kinds["classifier"] == {auto} and kinds["vision_encoder"] == {auto} and kinds["captioner"] == {auto}
 
 
 def test_bls_step_has_several_instances_so_it_never_serialises_the_pipeline():
-    assert sum(group.count for group in CONFIGS["label_and_caption"].instance_group) >= 4
+    assert sum(group.count for group in CONFIGS["caption_with_label"].instance_group) >= 4
 
 
 def test_batching_steps_batch_dynamically():
@@ -143,9 +144,9 @@ def test_the_pipelines_ensembles_declare_the_wire_contracts_outputs(ensemble):
 def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
     """The vision encoder and the captioner (every config variant of them) refuse at once past a bounded
     queue, and refuse a request that waited past its timeout: its caller's time left (the override), or
-    the default guard rail, which comes before label_and_caption stops waiting for a caption: no step works
+    the default guard rail, which comes before caption_with_label stops waiting for a caption: no step works
     for a caller that has gone."""
-    caption_timeout_us = 1000 * int(CONFIGS["label_and_caption"].parameters["caption_timeout_ms"].string_value)
+    caption_timeout_us = 1000 * int(CONFIGS["caption_with_label"].parameters["caption_timeout_ms"].string_value)
     variants = [
         CONFIGS["captioner"],
         CONFIGS["vision_encoder"],

@@ -6,8 +6,8 @@ import pytest
 
 from pipeline_src.steps.settings import (
     CaptionerSettings,
+    CaptionWithLabelSettings,
     ClassifierSettings,
-    LabelAndCaptionSettings,
     PreprocessSettings,
     SettingsError,
     VisionEncoderSettings,
@@ -45,8 +45,8 @@ def test_booleans_and_floats_parse():
         (PreprocessSettings, {"max_pixel": "5"}, "unknown parameter"),
         (PreprocessSettings, {"max_pixels": "many"}, "is not a int"),
         (PreprocessSettings, {"max_pixels": "0"}, "must be positive"),
-        (LabelAndCaptionSettings, {"prompt_template": "a photo"}, r"must contain \{label\}"),
-        (LabelAndCaptionSettings, {"confidence_threshold": "1.5"}, r"must lie in \[0, 1\]"),
+        (CaptionWithLabelSettings, {"prompt_template": "a photo"}, r"must contain \{label\}"),
+        (CaptionWithLabelSettings, {"confidence_threshold": "1.5"}, r"must lie in \[0, 1\]"),
         (CaptionerSettings, {"max_new_tokens": "many"}, "is not a int"),
         (CaptionerSettings, {"cpu_precision": "bf16"}, "cpu_precision must be one of"),
         (CaptionerSettings, {"auto_min_agreement": "1.5"}, r"auto_min_agreement must lie in \[0, 1\]"),

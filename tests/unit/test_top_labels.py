@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from pipeline_src.steps.classification import predict, softmax
+from pipeline_src.steps.classification import distribution_problem, predict, softmax
 from pipeline_src.steps.labels import FOOD11_CLASSES
 from pipeline_src.steps.settings import SettingsError
-from pipeline_src.steps.top_labels import TopLabelsSettings, check_output_dims, find_problem, top_labels
+from pipeline_src.steps.top_labels import TopLabelsSettings, check_output_dims, top_labels
 
 
 def distribution(**weights: float) -> np.ndarray:
@@ -54,11 +54,11 @@ def test_k_of_all_eleven_classes_lists_every_class_once():
     ],
 )
 def test_rows_that_are_not_distributions_are_named(rows, message):
-    assert message in find_problem(rows)
+    assert message in distribution_problem(rows)
 
 
 def test_softmax_rows_pass():
-    assert find_problem(softmax(np.random.default_rng(0).normal(size=(4, 11)))) is None
+    assert distribution_problem(softmax(np.random.default_rng(0).normal(size=(4, 11)))) is None
 
 
 @pytest.mark.parametrize("k", ["0", "12"])

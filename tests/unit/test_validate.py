@@ -18,7 +18,7 @@ from pipeline_src.repository.validate import Report, Severity, validate_reposito
 
 # What these tests take from the repository they break, they read from it (its models, each ensemble's steps
 # and their numbers), so a step added and wired into an ensemble breaks none of them. The faults they make
-# edit lines of the pipeline's own steps (preprocess, classifier, label_and_caption, captioner): a change to
+# edit lines of the pipeline's own steps (preprocess, classifier, caption_with_label, captioner): a change to
 # one of those lines fails the edit that expects it, saying which text it did not find.
 
 
@@ -148,8 +148,8 @@ def test_a_bad_parameter_value_is_refused_by_the_steps_settings(repo):
 
 
 def test_an_unknown_parameter_is_refused(repo):
-    edit(config(repo, "label_and_caption"), 'key: "caption_timeout_ms"', 'key: "caption_timeout"')
-    problem(validate_repository(repo), "label_and_caption", "unknown parameter", "caption_timeout")
+    edit(config(repo, "caption_with_label"), 'key: "caption_timeout_ms"', 'key: "caption_timeout"')
+    problem(validate_repository(repo), "caption_with_label", "unknown parameter", "caption_timeout")
 
 
 def test_a_settings_parameter_naming_no_class_is_an_error(repo):
@@ -219,19 +219,19 @@ def test_an_output_map_key_must_be_an_output_of_the_model(repo):
 def test_a_tensor_produced_twice_and_an_ensemble_output_produced_by_nobody(repo):
     edit(config(repo, ENSEMBLE), 'value: "CAPTION_STATUS"', 'value: "CAPTION"')
     report = validate_repository(repo)
-    problem(report, ENSEMBLE, "tensor 'CAPTION' is produced more than once", step(repo, ENSEMBLE, "label_and_caption"))
+    problem(report, ENSEMBLE, "tensor 'CAPTION' is produced more than once", step(repo, ENSEMBLE, "caption_with_label"))
     problem(report, ENSEMBLE, "ensemble output 'CAPTION_STATUS' is produced by no step")
 
 
 def test_an_unused_produced_tensor_is_an_error_as_triton_refuses_it(repo):
     edit(
         config(repo, ENSEMBLE),
-        'output_map { key: "LABEL", value: "LABEL" }',
-        'output_map { key: "LABEL", value: "LABEL" }\n'
-        '      output_map { key: "PROBABILITIES", value: "probabilities" }',
+        'output_map { key: "CAPTION_STATUS", value: "CAPTION_STATUS" }',
+        'output_map { key: "CAPTION_STATUS", value: "CAPTION_STATUS" }\n'
+        '      output_map { key: "PROMPT", value: "prompt" }',
     )
-    label = step(repo, ENSEMBLE, "label_and_caption")
-    problem(validate_repository(repo), ENSEMBLE, f"tensor 'probabilities' from {label} is used by no step")
+    captioning = step(repo, ENSEMBLE, "caption_with_label")
+    problem(validate_repository(repo), ENSEMBLE, f"tensor 'prompt' from {captioning} is used by no step")
 
 
 def test_steps_that_feed_each_other_form_a_cycle(repo):
@@ -249,7 +249,7 @@ def test_steps_that_feed_each_other_form_a_cycle(repo):
 
 def test_data_types_must_agree_across_an_edge(repo):
     edit(
-        config(repo, "label_and_caption"),
+        config(repo, "label"),
         '{ name: "LOGITS", data_type: TYPE_FP32',
         '{ name: "LOGITS", data_type: TYPE_FP16',
     )
@@ -258,13 +258,13 @@ def test_data_types_must_agree_across_an_edge(repo):
         ENSEMBLE,
         "tensor 'logits'",
         f"{step(repo, ENSEMBLE, 'classifier')} output 'output' is TYPE_FP32",
-        f"{step(repo, ENSEMBLE, 'label_and_caption')} input 'LOGITS' expects TYPE_FP16",
+        f"{step(repo, ENSEMBLE, 'label')} input 'LOGITS' expects TYPE_FP16",
     )
 
 
 def test_dims_must_agree_across_an_edge(repo):
     edit(
-        config(repo, "label_and_caption"),
+        config(repo, "label"),
         '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 11 ] }',
         '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 12 ] }',
     )
@@ -279,7 +279,7 @@ def test_dims_must_agree_across_an_edge(repo):
 
 def test_a_variable_dim_matches_any_size(repo):
     edit(
-        config(repo, "label_and_caption"),
+        config(repo, "label"),
         '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ 11 ] }',
         '{ name: "LOGITS", data_type: TYPE_FP32, dims: [ -1 ] }',
     )
@@ -354,15 +354,15 @@ def test_ensembles_containing_each_other_are_a_cycle(repo):
 
 
 def test_a_bls_callee_missing_from_the_repository_is_an_error(repo):
-    edit(config(repo, "label_and_caption"), 'string_value: "captioner"', 'string_value: "blip_captioner"')
-    problem(validate_repository(repo), "label_and_caption", "BLS call to 'blip_captioner'", "not in the repository")
+    edit(config(repo, "caption_with_label"), 'string_value: "captioner"', 'string_value: "blip_captioner"')
+    problem(validate_repository(repo), "caption_with_label", "BLS call to 'blip_captioner'", "not in the repository")
 
 
 def test_a_bls_callee_without_the_input_sent_is_an_error(repo):
     edit(config(repo, "captioner"), '{ name: "PROMPT",', '{ name: "TEXT",')
     report = validate_repository(repo)
-    problem(report, "label_and_caption", "BLS call to 'captioner'", "sends tensor 'PROMPT', which is not an input")
-    problem(report, "label_and_caption", "BLS call to 'captioner'", "does not send input 'TEXT'")
+    problem(report, "caption_with_label", "BLS call to 'captioner'", "sends tensor 'PROMPT', which is not an input")
+    problem(report, "caption_with_label", "BLS call to 'captioner'", "does not send input 'TEXT'")
 
 
 def test_a_bls_callee_output_read_must_exist_with_its_type(repo):
@@ -373,7 +373,7 @@ def test_a_bls_callee_output_read_must_exist_with_its_type(repo):
     )
     problem(
         validate_repository(repo),
-        "label_and_caption",
+        "caption_with_label",
         "BLS call to 'captioner'",
         "'captioner' output 'CAPTION' is TYPE_FP32",
     )
@@ -385,22 +385,22 @@ def test_a_bls_callee_with_other_dims_or_a_smaller_batch_is_an_error(repo):
     report = validate_repository(repo)
     problem(
         report,
-        "label_and_caption",
+        "caption_with_label",
         "tensor 'IMAGE_EMBEDS'",
         "'captioner' input 'IMAGE_EMBEDS' expects TYPE_FP32 dims [197, -1]",
     )
-    problem(report, "label_and_caption", "'captioner' has max_batch_size 8, smaller than this step's 32")
+    problem(report, "caption_with_label", "'captioner' has max_batch_size 8, smaller than this step's 32")
 
 
 def test_a_forwarded_bls_tensor_must_be_the_callers_own_input(repo):
     edit(
-        config(repo, "label_and_caption"),
+        config(repo, "caption_with_label"),
         '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP32, dims: [ 577, -1 ] }',
         '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP16, dims: [ 577, -1 ] }',
     )
     problem(
         validate_repository(repo),
-        "label_and_caption",
+        "caption_with_label",
         "BLS call to 'captioner'",
         "this step's input 'IMAGE_EMBEDS' is TYPE_FP16",
     )
@@ -413,7 +413,7 @@ def test_the_classifiers_onnx_file_must_match_its_config(repo):
     # Both ends of the ensemble edge change together: only the ONNX file disagrees.
     edit(config(repo, "classifier"), "dims: [ 11 ]", "dims: [ 12 ]")
     edit(
-        config(repo, "label_and_caption"),
+        config(repo, "label"),
         '"LOGITS", data_type: TYPE_FP32, dims: [ 11 ]',
         '"LOGITS", data_type: TYPE_FP32, dims: [ 12 ]',
     )

@@ -1,4 +1,5 @@
-"""POST /caption (an upload) and POST /predict (the course's base64 JSON): one photo through the pipeline."""
+"""POST /caption (an upload) and POST /predict (the course's base64 JSON): one photo through the pipeline;
+POST /classify: its label only, without the captioning's cost."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from food11_api.dependencies import Answers, Client
 from food11_api.disconnect import unless_disconnected
 from food11_api.errors import ERROR_RESPONSES
 from food11_api.metrics import ModelAnswers
-from food11_api.schemas import CaptionResponse, PredictRequest, PredictResponse, ServedModelInfo
+from food11_api.schemas import CaptionResponse, ClassifyResponse, PredictRequest, PredictResponse, ServedModelInfo
 from food11_client import AsyncFood11Client, CaptionResult
 
 router = APIRouter(tags=["caption"], responses=ERROR_RESPONSES)
@@ -24,9 +25,13 @@ async def caption_one(
     started = time.perf_counter()
     (result,) = await unless_disconnected(request, client.caption([image], timeout_s=deadline_left_s(request)))
     answers.count(result.models)
-    # Server-Timing: the time spent waiting on Triton, so callers can tell pipeline from API time.
-    response.headers["Server-Timing"] = f"triton;dur={(time.perf_counter() - started) * 1000:.2f}"
+    server_timing(response, started)
     return result
+
+
+def server_timing(response: Response, started: float) -> None:
+    """Server-Timing: the time spent waiting on Triton, so callers can tell pipeline from API time."""
+    response.headers["Server-Timing"] = f"triton;dur={(time.perf_counter() - started) * 1000:.2f}"
 
 
 def deadline_left_s(request: Request) -> float:
@@ -62,6 +67,34 @@ async def predict(
 ) -> PredictResponse:
     result = await caption_one(request, client, answers, body.image, response)
     return PredictResponse(prediction=result.label, **_answer_fields(result))
+
+
+@router.post(
+    "/classify",
+    response_model=ClassifyResponse,
+    summary="Label an uploaded photo, without a caption",
+    description="The Food-11 label and its probability. The pipeline runs only the steps they need (no vision "
+    "encoder, no captioner): milliseconds where /caption takes seconds.",
+)
+async def classify(
+    photo: Annotated[UploadFile, File(description="JPEG, PNG, WebP, BMP or GIF")],
+    client: Client,
+    answers: Answers,
+    request: Request,
+    response: Response,
+) -> ClassifyResponse:
+    started = time.perf_counter()
+    image = await photo.read()
+    (result,) = await unless_disconnected(request, client.classify([image], timeout_s=deadline_left_s(request)))
+    answers.count(result.models)
+    server_timing(response, started)
+    return ClassifyResponse(
+        label=result.label,
+        probability=result.probability,
+        warnings=result.warnings,
+        models=ServedModelInfo.of(result.models),
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+    )
 
 
 def _answer_fields(result: CaptionResult) -> dict[str, Any]:

@@ -17,8 +17,11 @@ def _tensor_type(tensor) -> str:
 
 
 def ensemble_tensors(repository: Path) -> list[tuple[str, str, str, str]]:
-    """Every tensor a step produces inside an ensemble of ``repository``: (ensemble, tensor, producer, its
-    type and dims as ``TYPE_FP32 [3, 384, 384]``); what a new step's input can be wired to."""
+    """What a new step's input can be wired to in each ensemble of ``repository``: (ensemble, tensor, where it
+    comes from, its type and dims as ``TYPE_FP32 [3, 384, 384]``). Never an ensemble output: Triton leaves out a
+    step from a call that names none of the ensemble outputs it maps, even when another step reads one
+    (pipeline_src/repository/pruning.py). An output of a step that its ensemble does not map yet is offered
+    with the output_map line that maps it."""
     configs = {}
     for path in sorted(repository.glob("*/config.pbtxt")):
         try:
@@ -29,14 +32,22 @@ def ensemble_tensors(repository: Path) -> list[tuple[str, str, str, str]]:
     for ensemble, config in configs.items():
         if config.platform != "ensemble":
             continue
+        ensemble_outputs = {tensor.name for tensor in config.output}
         for tensor in config.input:
             found.append((ensemble, tensor.name, "the ensemble's input", _tensor_type(tensor)))
         for step in config.ensemble_scheduling.step:
             producer = configs.get(step.model_name)
-            outputs = {tensor.name: tensor for tensor in producer.output} if producer else {}
-            for key, value in step.output_map.items():
-                if key in outputs:
-                    found.append((ensemble, value, f"{step.model_name}'s {key}", _tensor_type(outputs[key])))
+            for output in producer.output if producer else ():
+                mapped = step.output_map.get(output.name)
+                if mapped is None:
+                    value = output.name.lower()
+                    mapping = f'output_map {{ key: "{output.name}", value: "{value}" }}'
+                    where = f"{step.model_name}'s {output.name}, once its step maps it: {mapping}"
+                elif mapped in ensemble_outputs:
+                    continue
+                else:
+                    value, where = mapped, f"{step.model_name}'s {output.name}"
+                found.append((ensemble, value, where, _tensor_type(output)))
     return found
 
 
@@ -51,8 +62,9 @@ def _wiring_hint(spec: StepSpec, layout: Layout) -> list[str]:
         matches = [f"{value} ({ensemble}: {source})" for ensemble, value, source, kind in available if kind == wanted]
         lines.append(f'     input_map {{ key: "{tensor.name}", value: "<an ensemble tensor of {wanted}>" }}')
         if matches:
-            lines.append(f"       # {wanted} in this repository: {', '.join(matches)}")
+            lines.append(f"       # {wanted} in this repository: {'; '.join(matches)}")
     lines += [f'     output_map {{ key: "{tensor.name}", value: "{tensor.name}" }}' for tensor in spec.outputs]
+    lines.append("     (never an ensemble output as an input: docs/EXTENDING.md, 'A step after another')")
     return lines
 
 

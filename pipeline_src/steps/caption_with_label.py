@@ -1,9 +1,13 @@
-"""Step 3's logic, BLS: label and probability from the logits, then a caption conditioned on the label.
+"""Step 4's logic, BLS: a caption conditioned on the label step's answer.
 
-Decisions a plain ensemble cannot make: caption without the label when unsure; answer with label and
-probability (caption empty, status saying why) when the captioner fails or is too slow; refuse the request
-when the captioner's queue refused it under load. The captioner call is handed in (the step's ``model.py``
-makes it by BLS), so this runs and is unit-tested without Triton.
+Decisions a plain ensemble cannot make: caption without the label when unsure; answer with an empty caption
+and a status saying why when the captioner fails or is too slow; refuse the request when the captioner's
+queue refused it under load. The captioner call is handed in (the step's ``model.py`` makes it by BLS), so
+this runs and is unit-tested without Triton.
+
+The label itself is the ``label`` step's (``pipeline_src.steps.label``): a caller asking only for LABEL and
+PROBABILITY gets them without this step, the vision encoder or the captioner running (Triton's ensemble runs
+only the steps that the requested outputs need).
 """
 
 from __future__ import annotations
@@ -14,16 +18,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline_src.contract import CAPTION, CAPTION_STATUS, LABEL, MODELS, PROBABILITY, CaptionStatus, refused_under_load
+from pipeline_src.contract import CAPTION, CAPTION_STATUS, CaptionStatus, refused_under_load
 from pipeline_src.steps.batching import BatchContractError, bytes_rows, check_outputs
-from pipeline_src.steps.classification import Prediction, plan_captions
-from pipeline_src.steps.settings import LabelAndCaptionSettings
+from pipeline_src.steps.classification import plan_captions
+from pipeline_src.steps.settings import CaptionWithLabelSettings
 
-LOGITS = "LOGITS"  # the step's input: the classifier's, one row per photo
-PROBABILITIES = "PROBABILITIES"  # every class's probability, for the steps after it (top_labels)
-OUTPUTS = (LABEL, PROBABILITY, PROBABILITIES, CAPTION, CAPTION_STATUS, MODELS)  # as its config.pbtxt declares
+PROBABILITIES = "PROBABILITIES"  # the step's input: the label step's softmax, one row per photo
+# For the steps after this one, outputs that are no ensemble output of the shipped ensembles: a step reads
+# these, never CAPTION, since Triton drops a step from a call that names none of the ensemble outputs it maps,
+# even when another step reads them (pipeline_src/repository/pruning.py; docs/EXTENDING.md).
+PROMPT = "PROMPT"  # the prompt each caption was conditioned on ("" when unsure)
+CAPTION_AFTER_PROMPT = "CAPTION_AFTER_PROMPT"  # the caption's own words: BLIP's caption begins with its prompt
+OUTPUTS = (CAPTION, CAPTION_STATUS, PROMPT, CAPTION_AFTER_PROMPT)  # as its config.pbtxt declares
 # The captioner call's tensors, from its declaration, which food11-validate checks against the captioner's config.
-CAPTIONER_CALL = LabelAndCaptionSettings.CAPTIONER_CALL
+CAPTIONER_CALL = CaptionWithLabelSettings.CAPTIONER_CALL
 EMBEDS_SENT, PROMPT_SENT = CAPTIONER_CALL.inputs  # EMBEDS_SENT: the step's own input, forwarded as is
 (CAPTION_READ,) = CAPTIONER_CALL.outputs
 
@@ -37,20 +45,17 @@ class CaptionerFailed(Exception):
 
 
 class Refused(Exception):
-    """The request is failed whole. ``code``: a ``pb_utils.TritonError`` code's name (INTERNAL, UNAVAILABLE)."""
+    """The request is failed whole. ``code``: a ``pb_utils.TritonError`` code's name (INVALID_ARG, INTERNAL,
+    UNAVAILABLE)."""
 
     def __init__(self, message: str, code: str):
         super().__init__(message)
         self.code = code
 
 
-def label_outputs(predictions: Sequence[Prediction]) -> dict[str, np.ndarray]:
-    """The outputs the step computes without the captioner (LABEL, PROBABILITY, PROBABILITIES), a row each."""
-    return {
-        LABEL: bytes_rows([prediction.label for prediction in predictions]),
-        PROBABILITY: np.array([[prediction.probability] for prediction in predictions], dtype=np.float32),
-        PROBABILITIES: np.stack([prediction.probabilities for prediction in predictions]).astype(np.float32),
-    }
+def after_prompt(caption: str, prompt: str) -> str:
+    """The words a caption adds to its prompt (the whole caption when unprompted or not prompt-led)."""
+    return caption[len(prompt) :].strip() if prompt and caption.startswith(prompt) else caption
 
 
 def _forget(call: asyncio.Future) -> None:
@@ -60,26 +65,25 @@ def _forget(call: asyncio.Future) -> None:
 
 
 @dataclass(frozen=True)
-class LabelAndCaption:
+class CaptionWithLabel:
     """The step's answer to one request at a time: its captioner call carries that request's trace and timeout."""
 
-    settings: LabelAndCaptionSettings
-    models: str  # JSON, which models answer (pipeline_src.provenance.served): every row names them
+    settings: CaptionWithLabelSettings
     warn: Callable[[str], None]  # the step's logger: a captioner's failure is logged, not only answered
     # The config's outputs (with their data_type inside Triton): an answer holds these, one row per photo.
     declared_outputs: Collection[str] | Mapping[str, str] = OUTPUTS
 
     async def answer(
-        self, logits: np.ndarray, call_captioner: CaptionerCall, time_left_us: int = 0
+        self, probabilities: np.ndarray, call_captioner: CaptionerCall, time_left_us: int = 0
     ) -> dict[str, np.ndarray]:
-        """The outputs for one request's ``logits [n, classes]``, as ``batching.check_outputs`` holds them to
-        ``declared_outputs``. ``time_left_us``: the request's timeout (0: none), which shortens the wait for
-        captions (``LabelAndCaptionSettings.caption_wait_ms``). Refused: INTERNAL for unusable logits or a
-        broken output contract, UNAVAILABLE when the captioner was over capacity."""
+        """The outputs for one request's ``probabilities [n, classes]``, as ``batching.check_outputs`` holds them
+        to ``declared_outputs``. ``time_left_us``: the request's timeout (0: none), which shortens the wait for
+        captions (``CaptionWithLabelSettings.caption_wait_ms``). Refused: INVALID_ARG for rows that are not
+        distributions, INTERNAL for a broken output contract, UNAVAILABLE when the captioner was over capacity."""
         try:
-            plans = plan_captions(logits, self.settings.prompt_template, self.settings.confidence_threshold)
+            plans = plan_captions(probabilities, self.settings.prompt_template, self.settings.confidence_threshold)
         except ValueError as exc:
-            raise Refused(f"classifier output unusable: {exc}", "INTERNAL") from exc
+            raise Refused(f"{PROBABILITIES}: {exc}", "INVALID_ARG") from exc
         wait_ms = self.settings.caption_wait_ms(time_left_us)
         captions, failure = await self.captions(call_captioner, plans.prompts, wait_ms)
         if failure and refused_under_load(failure):
@@ -87,10 +91,10 @@ class LabelAndCaption:
             # captioner refused its call, rather than answer without a caption.
             raise Refused(f"the captioner is over capacity ({failure}): retry later", "UNAVAILABLE")
         outputs = {
-            **label_outputs(plans.predictions),
             CAPTION: bytes_rows(captions),
             CAPTION_STATUS: bytes_rows([failure or status for status in plans.statuses]),
-            MODELS: bytes_rows([self.models] * len(plans.predictions)),
+            PROMPT: bytes_rows(plans.prompts),
+            CAPTION_AFTER_PROMPT: bytes_rows(list(map(after_prompt, captions, plans.prompts))),
         }
         try:
             check_outputs(outputs, self.declared_outputs, len(plans.predictions))

@@ -1,19 +1,24 @@
-"""label_and_caption's logic without Triton: its captioner call is a fake, handed in as model.py hands in BLS."""
+"""caption_with_label's logic without Triton: its captioner call is a fake, handed in as model.py hands in BLS."""
 
 import asyncio
 
 import numpy as np
 import pytest
 
-from pipeline_src.contract import CAPTION, CAPTION_STATUS, LABEL, MODELS, PROBABILITY, QUEUE_REFUSALS, CaptionStatus
-from pipeline_src.steps.classification import caption_plan, plan_captions, predict
-from pipeline_src.steps.label_and_caption import PROBABILITIES, CaptionerFailed, LabelAndCaption, Refused
+from pipeline_src.contract import CAPTION, CAPTION_STATUS, QUEUE_REFUSALS, CaptionStatus
+from pipeline_src.steps.caption_with_label import (
+    CAPTION_AFTER_PROMPT,
+    PROMPT,
+    CaptionerFailed,
+    CaptionWithLabel,
+    Refused,
+)
+from pipeline_src.steps.classification import caption_plan, pick, plan_captions, softmax
 from pipeline_src.steps.labels import FOOD11_CLASSES
-from pipeline_src.steps.settings import LabelAndCaptionSettings
+from pipeline_src.steps.settings import CaptionWithLabelSettings
 
-MODELS_JSON = '[{"model": "stand-in"}]'
-CONFIDENT_BREAD = np.array([9.0] + [0.0] * 10, dtype=np.float32)  # Bread, probability ~0.999
-UNSURE = np.zeros(11, dtype=np.float32)  # every class 1/11: under the 0.5 threshold
+CONFIDENT_BREAD = softmax(np.array([9.0] + [0.0] * 10))  # the label step's: Bread, probability ~0.999
+UNSURE = softmax(np.zeros(11))  # every class 1/11: under the 0.5 threshold
 
 
 class FakeCaptioner:
@@ -42,31 +47,28 @@ def failing_with(message):
 
 def labeller(warnings: list[str] | None = None, **settings):
     warn = warnings.append if warnings is not None else [].append
-    return LabelAndCaption(LabelAndCaptionSettings(**settings), MODELS_JSON, warn)
+    return CaptionWithLabel(CaptionWithLabelSettings(**settings), warn)
 
 
-def answer(step, logits, captioner, time_left_us=0):
-    return asyncio.run(step.answer(np.stack(logits), captioner, time_left_us))
+def answer(step, probabilities, captioner, time_left_us=0):
+    return asyncio.run(step.answer(np.stack(probabilities), captioner, time_left_us))
 
 
 def rows(outputs, name):
     return [value.decode() if isinstance(value, bytes) else value for value in outputs[name].reshape(-1)]
 
 
-def test_captions_come_back_with_label_probability_and_ok_status():
+def test_captions_come_back_with_their_prompt_and_ok_status():
     captioner = FakeCaptioner(captions_as_bytes)
     outputs = answer(labeller(), [CONFIDENT_BREAD, CONFIDENT_BREAD], captioner)
 
     assert captioner.prompts == [["a photo of bread,", "a photo of bread,"]]
     assert rows(outputs, CAPTION) == ["a photo of bread, caption 0", "a photo of bread, caption 1"]
     assert rows(outputs, CAPTION_STATUS) == [CaptionStatus.OK.value] * 2
-    assert rows(outputs, LABEL) == ["Bread", "Bread"]
-    assert rows(outputs, MODELS) == [MODELS_JSON] * 2
-    expected = predict(CONFIDENT_BREAD)
-    assert outputs[PROBABILITY].shape == (2, 1) and outputs[PROBABILITY].dtype == np.float32
-    assert outputs[PROBABILITY][0, 0] == pytest.approx(expected.probability)
-    np.testing.assert_allclose(outputs[PROBABILITIES], np.stack([expected.probabilities] * 2))
-    assert list(outputs) == [LABEL, PROBABILITY, PROBABILITIES, CAPTION, CAPTION_STATUS, MODELS]
+    assert rows(outputs, PROMPT) == ["a photo of bread,"] * 2
+    assert rows(outputs, CAPTION_AFTER_PROMPT) == ["caption 0", "caption 1"]
+    assert outputs[CAPTION].shape == outputs[PROMPT].shape == outputs[CAPTION_AFTER_PROMPT].shape == (2, 1)
+    assert list(outputs) == [CAPTION, CAPTION_STATUS, PROMPT, CAPTION_AFTER_PROMPT]
 
 
 def test_low_confidence_captions_without_the_label_prompt():
@@ -76,8 +78,8 @@ def test_low_confidence_captions_without_the_label_prompt():
     assert captioner.prompts == [["", "a photo of bread,"]]
     assert rows(outputs, CAPTION_STATUS) == [CaptionStatus.LOW_CONFIDENCE.value, CaptionStatus.OK.value]
     assert rows(outputs, CAPTION) == ["caption 0", "a photo of bread, caption 1"]
-    assert rows(outputs, LABEL)[0] == FOOD11_CLASSES[0]  # still labelled, however unsure
-    assert outputs[PROBABILITY][0, 0] == pytest.approx(1 / 11, rel=1e-5)
+    assert rows(outputs, PROMPT) == ["", "a photo of bread,"]
+    assert rows(outputs, CAPTION_AFTER_PROMPT) == ["caption 0", "caption 1"]
 
 
 def test_the_threshold_is_the_settings_one():
@@ -108,7 +110,7 @@ def never_answers():
         ({}, 2_000, 2),  # the caller's time left, shorter than caption_timeout_ms
     ],
 )
-def test_captioner_timeout_answers_label_and_probability_with_an_empty_caption(settings, time_left_us, waited_ms):
+def test_captioner_timeout_answers_an_empty_caption_saying_why(settings, time_left_us, waited_ms):
     hang, cancelled = never_answers()
     step = labeller(**settings)
 
@@ -121,8 +123,7 @@ def test_captioner_timeout_answers_label_and_probability_with_an_empty_caption(s
     status = CaptionStatus.CAPTIONER_TIMEOUT.with_detail(f"no caption within {waited_ms} ms")
     assert rows(outputs, CAPTION_STATUS) == [status, status]
     assert rows(outputs, CAPTION) == ["", ""]
-    assert rows(outputs, LABEL) == ["Bread", FOOD11_CLASSES[0]]
-    assert outputs[PROBABILITY][0, 0] == pytest.approx(predict(CONFIDENT_BREAD).probability)
+    assert rows(outputs, PROMPT) == ["a photo of bread,", ""]
     assert not cancelled_while_running  # shielded: the captioner finishes its work instead of being cut mid-flight
 
 
@@ -132,7 +133,6 @@ def test_captioner_error_answers_its_message_and_is_logged():
 
     assert rows(outputs, CAPTION_STATUS) == [CaptionStatus.CAPTIONER_ERROR.with_detail("out of memory")]
     assert rows(outputs, CAPTION) == [""]
-    assert rows(outputs, LABEL) == ["Bread"]
     assert warnings == ["captioner failed: out of memory"]
 
 
@@ -146,11 +146,11 @@ def test_overload_refuses_the_request_as_unavailable(refusal):
     )
 
 
-def test_unusable_logits_are_refused_as_internal_without_calling_the_captioner():
+def test_rows_that_are_not_distributions_are_refused_as_invalid_without_calling_the_captioner():
     captioner = FakeCaptioner(captions_as_bytes)
-    with pytest.raises(Refused, match="classifier output unusable: logits contain NaN") as refused:
-        answer(labeller(), [np.full(11, np.nan, dtype=np.float32)], captioner)
-    assert refused.value.code == "INTERNAL"
+    with pytest.raises(Refused, match="PROBABILITIES: row 2 of 2 is not a probability distribution") as refused:
+        answer(labeller(), [CONFIDENT_BREAD, np.full(11, np.nan, dtype=np.float32)], captioner)
+    assert refused.value.code == "INVALID_ARG"
     assert captioner.prompts == []
 
 
@@ -164,16 +164,16 @@ def test_a_caption_short_of_a_row_breaks_the_output_contract():
 
 
 def test_outputs_must_be_the_configs():
-    step = LabelAndCaption(LabelAndCaptionSettings(), MODELS_JSON, [].append, declared_outputs=(LABEL, "SCORE"))
+    step = CaptionWithLabel(CaptionWithLabelSettings(), [].append, declared_outputs=(CAPTION, "SCORE"))
     with pytest.raises(Refused, match=r"returned but not declared: .*; declared but not returned: SCORE") as refused:
         answer(step, [CONFIDENT_BREAD], FakeCaptioner(captions_as_bytes))
     assert refused.value.code == "INTERNAL"
 
 
-def test_plan_captions_predicts_then_plans_each_row():
+def test_plan_captions_picks_then_plans_each_row():
     plans = plan_captions(np.stack([UNSURE, CONFIDENT_BREAD]), "a dish of {label}", 0.5)
     assert [p.label for p in plans.predictions] == [FOOD11_CLASSES[0], "Bread"]
-    expected = [caption_plan(predict(row), "a dish of {label}", 0.5) for row in (UNSURE, CONFIDENT_BREAD)]
+    expected = [caption_plan(pick(row), "a dish of {label}", 0.5) for row in (UNSURE, CONFIDENT_BREAD)]
     assert (
         list(zip(plans.prompts, plans.statuses))
         == expected
