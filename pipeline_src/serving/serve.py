@@ -4,12 +4,17 @@ The model repository is validated first (food11-validate): with an error, Triton
 port is checked free before anything starts. Then Triton (waiting until it is ready), then the FastAPI
 front pointed at it; stopped in reverse. Both listen on 127.0.0.1 unless ``--host`` (FOOD11_HOST) says
 otherwise, and both die with this process however it ends (the kernel's parent-death signal).
+
+Triton runs under explicit model control with every model loaded at start (``--load-model=*``), so that a model
+can be reloaded while it serves; with ``--reload`` (the default) a step is reloaded as soon as its files, or the
+``pipeline_src`` code it imports, change (``reload``). The container images start tritonserver without this file.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import time
@@ -31,8 +36,13 @@ from pipeline_src.serving.launcher import (
     stop_process,
     wait_for_http,
 )
+from pipeline_src.serving.reload import DEFAULT_PACKAGES, StepReloader, TritonRepositoryApi
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal was closed
+MODEL_CONTROL_FLAG = "--model-control-mode"
+# Explicit model control lets a model be reloaded while serving; loading every model at start keeps what
+# Triton's default mode (none) did: all served, ready only once all loaded, a failed load ends the start.
+EXPLICIT_MODEL_CONTROL = (f"{MODEL_CONTROL_FLAG}=explicit", "--load-model=*")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -74,6 +84,22 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="where the key of Triton's admin APIs (loading models, shared memory, trace and log settings) is "
         f"written for this machine's tools, readable by this user only: {admin.KEY_ENV}, else a new one at each "
         "start (default: admin-key in --work-dir)",
+    )
+    parser.add_argument(
+        "--reload",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reload a step in Triton when its model folder or the pipeline_src code it imports changes, "
+        "as a web framework's development server does (default: on; --no-reload for a steady server)",
+    )
+    parser.add_argument(
+        "--reload-package",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="one more package folder whose modules the steps import (food11-new-step's --source-dir), watched "
+        "like pipeline_src; repeatable",
     )
     parser.add_argument("extra", nargs="*", help="more tritonserver flags, after --")
     return parser.parse_args(argv)
@@ -124,11 +150,46 @@ def _ignore_further_stop_signals() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
-def wait_while_running(server: TritonServer, api: ApiProcess | None) -> bool:
-    """Until a stop signal (True) or until a server exits on its own (False)."""
+def chosen_model_control(extra: tuple[str, ...]) -> str | None:
+    """The model control mode the extra tritonserver flags choose, if they do."""
+    found = re.search(rf"(?:^| ){MODEL_CONTROL_FLAG}[= ](\S+)", " ".join(extra))
+    return found.group(1) if found else None
+
+
+def model_control_args(extra: tuple[str, ...]) -> tuple[str, ...]:
+    """Explicit model control with every model loaded, unless the extra tritonserver flags choose a mode."""
+    return () if chosen_model_control(extra) else EXPLICIT_MODEL_CONTROL
+
+
+def start_reloader(args, server: TritonServer) -> StepReloader | None:
+    if not args.reload:
+        return None
+    mode = chosen_model_control(server.extra_args)
+    if mode != "explicit":
+        print(f"reload: off: it needs {MODEL_CONTROL_FLAG}=explicit, not {mode}", flush=True)
+        return None
+    packages = {**DEFAULT_PACKAGES, **{folder.resolve().name: folder.resolve() for folder in args.reload_package}}
+    reloader = StepReloader(
+        server.model_repository,
+        TritonRepositoryApi(server.http_url, server.admin_http_headers),
+        packages,
+        report=lambda line: print(line, flush=True),
+    )
+    print(
+        f"reload: on: a step is reloaded when its files or the code it imports change ({reloader.watch.watched_files} "
+        "files watched; --no-reload turns this off)",
+        flush=True,
+    )
+    return reloader
+
+
+def wait_while_running(server: TritonServer, api: ApiProcess | None, reloader: StepReloader | None = None) -> bool:
+    """Until a stop signal (True) or until a server exits on its own (False); meanwhile, a reload per change."""
     try:
         while server.is_running and (api is None or api.process.poll() is None):
             time.sleep(1.0)
+            if reloader is not None and server.is_running:
+                reloader.poll()
     except StopRequested as stop:
         print(f"{stop}: stopping ...", flush=True)
         return True
@@ -151,7 +212,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     for signum in STOP_SIGNALS:
         signal.signal(signum, _stop_requested)
-    server, api, stopped = None, None, False
+    server, api, reloader, stopped = None, None, None, False
     try:
         if not args.skip_validation:
             validate_or_exit(args.model_repository)
@@ -170,7 +231,7 @@ def main(argv=None) -> None:
             args.work_dir,
             ports,
             log_file=args.log_file,
-            extra_args=tuple(args.extra),
+            extra_args=(*model_control_args(tuple(args.extra)), *args.extra),
             binary=args.tritonserver,
             address=args.host,
         )
@@ -180,6 +241,7 @@ def main(argv=None) -> None:
             f"header {admin.HEADER}: the key in {key_file})",
             flush=True,
         )
+        reloader = start_reloader(args, server)  # its first look before Triton's: an edit meanwhile is reloaded
         server.start(args.ready_timeout)
         print(
             f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics {server.metrics_url}",
@@ -187,7 +249,7 @@ def main(argv=None) -> None:
         )
         api = None if args.no_api else start_api(args, server)
         print("Ctrl-C stops everything.", flush=True)
-        stopped = wait_while_running(server, api)
+        stopped = wait_while_running(server, api, reloader)
     except StopRequested as stop:
         print(f"{stop} during start-up: stopping ...", file=sys.stderr, flush=True)
         stopped = True
@@ -195,6 +257,12 @@ def main(argv=None) -> None:
         print(f"error: {exc}", file=sys.stderr, flush=True)
     finally:
         _ignore_further_stop_signals()
+        if reloader is not None and reloader.failed_reloads:
+            print(
+                "note: a reload failed while serving: tritonserver 2.51 keeps counting the failed load as a live "
+                "model, so stopping it takes its whole exit timeout (--exit-timeout-secs, 30 s) and ends in an error",
+                flush=True,
+            )
         codes = [api.stop() if api else 0, server.stop() if server else 0]
     sys.exit(0 if stopped and not any(codes) else 1)
 

@@ -1,0 +1,326 @@
+"""Reload a step while Triton serves, when its files or the project code it imports change (``make serve``).
+
+Why a watcher of our own: under explicit model control, tritonserver 2.51 reloads a model on a load request
+only if a file in the model's folder is newer than at its last load (its repository manager compares
+modification times) or its config changed in more than its instances; a load passing the same config as
+``config`` only updates the loaded model in place.
+An edit of a ``pipeline_src`` module a step imports lies outside the model's folder: a plain load returns at
+once and the old code keeps serving. So this polls the files itself and, for a changed model, sets the
+modification time of its version folders to now (no file is written) before asking Triton to load it: a full
+reload, in new stub processes, each a fresh interpreter (no module of the old one survives). Triton reloads the
+ensembles that use the model by itself; a failed reload leaves the loaded version serving.
+
+Which code a step imports is read from its ``model.py`` without importing anything: its imports, followed
+transitively through the watched packages (``pipeline_src``, as its editable install maps it) and its own
+folders (the stub appends them to ``sys.path``); third-party packages are not followed.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline_src import PROJECT_ROOT
+
+DEFAULT_PACKAGES = {"pipeline_src": PROJECT_ROOT / "pipeline_src"}  # name -> folder, as its editable install maps it
+CONFIG = "config.pbtxt"
+Signature = tuple[int, int]  # (mtime_ns, size): a file changed when either did
+
+
+def ignored(name: str) -> bool:
+    """Bytecode the stubs write and editors' swap and backup files: not edits."""
+    return name == "__pycache__" or name.startswith(".") or name.endswith(("~", ".pyc", ".swp"))
+
+
+def model_folders(repository: Path) -> dict[str, Path]:
+    return {path.parent.name: path.parent for path in sorted(repository.glob(f"*/{CONFIG}"))}
+
+
+def version_folders(folder: Path) -> list[Path]:
+    return [path for path in sorted(folder.iterdir()) if path.is_dir() and path.name.isdigit()]
+
+
+def folder_files(folder: Path) -> Iterator[Path]:
+    for parent, folders, files in os.walk(folder):
+        folders[:] = [name for name in folders if not ignored(name)]
+        yield from (Path(parent) / name for name in files if not ignored(name))
+
+
+def signature(path: Path) -> Signature | None:
+    try:
+        status = path.stat()
+    except OSError:  # removed between listing and looking
+        return None
+    return status.st_mtime_ns, status.st_size
+
+
+def is_ensemble(folder: Path) -> bool:
+    try:
+        return re.search(r'^\s*platform:\s*"ensemble"', (folder / CONFIG).read_text(), re.MULTILINE) is not None
+    except OSError:
+        return False
+
+
+# --- which files a step imports ---------------------------------------------------------------------------
+
+
+def module_files(folder: Path, dotted: str) -> list[Path] | None:
+    """The files importing ``dotted`` from ``folder`` runs (each package's __init__.py, then the module);
+    None if it is not there."""
+    files: list[Path] = []
+    parts = dotted.split(".") if dotted else []
+    for index, part in enumerate(parts):
+        package = folder / part
+        if (package / "__init__.py").is_file():
+            files.append(package / "__init__.py")
+        elif index == len(parts) - 1 and (folder / f"{part}.py").is_file():
+            return [*files, folder / f"{part}.py"]
+        elif not package.is_dir():  # a folder without __init__.py is a namespace package
+            return None
+        folder = package
+    return files
+
+
+def imported_names(source: str) -> Iterator[tuple[int, list[str]]]:
+    """(relative level, candidate module names, most specific first) for every import, late ones included:
+    ``from a import b`` imports the module ``a.b`` if there is one, else a name of ``a``."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from ((0, [alias.name]) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            yield from ((node.level, [f"{base}.{alias.name}".lstrip("."), base]) for alias in node.names)
+
+
+@dataclass
+class ImportTracer:
+    """The source files a Python step's ``model.py`` imports, transitively; parses each file once per version."""
+
+    packages: Mapping[str, Path]
+    _parsed: dict[Path, tuple[Signature | None, list[tuple[int, list[str]]]]] = field(default_factory=dict)
+
+    def step_sources(self, model_folder: Path) -> set[Path]:
+        versions = version_folders(model_folder)
+        roots = [*versions, model_folder]  # appended to sys.path by the stub, after the installed packages
+        queue = [version / "model.py" for version in versions if (version / "model.py").is_file()]
+        found: set[Path] = set()
+        while queue:
+            path = queue.pop()
+            if path not in found:
+                found.add(path)
+                for level, names in self._imports(path):
+                    queue.extend(self._resolve(level, names, path, roots))
+        return found
+
+    def _imports(self, path: Path) -> list[tuple[int, list[str]]]:
+        current = signature(path)
+        cached = self._parsed.get(path)
+        if cached is None or cached[0] != current:
+            try:
+                cached = (current, list(imported_names(path.read_text(errors="replace"))))
+            except (OSError, SyntaxError, ValueError):  # mid-edit: its imports are read again once it parses
+                cached = (current, [])
+            self._parsed[path] = cached
+        return cached[1]
+
+    def _resolve(self, level: int, names: list[str], importer: Path, roots: list[Path]) -> list[Path]:
+        for name in names:
+            files = module_files(importer.parents[level - 1], name) if level else self._locate(name, roots)
+            if files is not None:
+                return files
+        return []
+
+    def _locate(self, name: str, roots: list[Path]) -> list[Path] | None:
+        top, _, rest = name.partition(".")
+        if top in self.packages:
+            below = module_files(self.packages[top], rest)
+            init = self.packages[top] / "__init__.py"
+            return None if below is None else [*([init] if init.is_file() else []), *below]
+        for root in roots:
+            if (files := module_files(root, name)) is not None:
+                return files
+        return None  # a third-party or standard module: not watched
+
+
+# --- what changed, once it settled ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scan:
+    snapshot: dict[Path, Signature]
+    owners: dict[Path, set[str]]  # each watched file -> the models it belongs to or that import it
+
+
+class ChangeWatch:
+    """Which models' files changed, reported once a change has settled (two looks a poll apart agree), so that
+    a file still being written is not loaded half-way."""
+
+    def __init__(self, repository: Path, packages: Mapping[str, Path] = DEFAULT_PACKAGES):
+        self.repository = Path(repository).resolve()
+        self.tracer = ImportTracer(packages)
+        self._settled = self.scan()
+        self._latest = self._settled.snapshot
+
+    def scan(self) -> Scan:
+        owners: dict[Path, set[str]] = {}
+        for name, folder in model_folders(self.repository).items():
+            for path in [*folder_files(folder), *self.tracer.step_sources(folder)]:
+                owners.setdefault(path, set()).add(name)
+        snapshot = {path: found for path in owners if (found := signature(path)) is not None}
+        return Scan(snapshot, owners)
+
+    @property
+    def watched_files(self) -> int:
+        return len(self._settled.snapshot)
+
+    def settled_changes(self) -> dict[str, list[Path]]:
+        """Each model with the files that changed since the last report; empty while nothing did or still does."""
+        scan = self.scan()
+        if scan.snapshot != self._latest:
+            self._latest = scan.snapshot
+            return {}
+        before, self._settled = self._settled, scan
+        # A source file newly imported is no change of its own: the edit that imports it is.
+        added = {path for path in scan.snapshot.keys() - before.snapshot.keys() if path.is_relative_to(self.repository)}
+        kept = before.snapshot.keys() & scan.snapshot.keys()
+        changed = {path for path in kept if before.snapshot[path] != scan.snapshot[path]}
+        changed |= added | (before.snapshot.keys() - scan.snapshot.keys())
+        affected: dict[str, list[Path]] = {}
+        for path in sorted(changed):
+            for model in sorted(before.owners.get(path, set()) | scan.owners.get(path, set())):
+                affected.setdefault(model, []).append(path)
+        return affected
+
+
+def needs_forced_reload(folder: Path, changed: list[Path]) -> bool:
+    """Triton decides alone for its config: an instance count changed updates in place, anything else reloads."""
+    return any(path != folder / CONFIG for path in changed)
+
+
+def mark_modified(folder: Path) -> None:
+    """The version folders' modification time to now: Triton then sees the model as changed and reloads it
+    fully, whatever the file that changed (its own check compares these times with the last load's)."""
+    for version in version_folders(folder):
+        os.utime(version)
+
+
+def forget_bytecode(changed: list[Path]) -> None:
+    """Python trusts a module's cached bytecode while the source's size and mtime, in whole seconds, match: an
+    edit of the same size within the second of the last compile would load the old code. The stubs run this
+    Python (TritonServer's steps_python is of the same version), so this is the cache they read."""
+    for path in changed:
+        if path.suffix == ".py":
+            Path(importlib.util.cache_from_source(str(path))).unlink(missing_ok=True)
+
+
+# --- asking Triton ---------------------------------------------------------------------------------------
+
+
+class TritonRepositoryApi:
+    """Triton's model repository API over HTTP, with the admin key (TritonServer.admin_http_headers)."""
+
+    def __init__(self, http_url: str, headers: Mapping[str, str], timeout_s: float = 600.0):
+        self.base_url = http_url if "://" in http_url else f"http://{http_url}"
+        self.headers = {"Content-Type": "application/json", **headers}
+        self.timeout_s = timeout_s  # a load answers when it is done: a large model takes a while
+
+    def _post(self, path: str, body: dict) -> bytes:
+        request = urllib.request.Request(self.base_url + path, json.dumps(body).encode(), self.headers)
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            return response.read()
+
+    def ready_models(self) -> set[str]:
+        return {entry["name"] for entry in json.loads(self._post("/v2/repository/index", {"ready": True}))}
+
+    def load(self, model: str) -> str | None:
+        """None when loaded, else Triton's reason."""
+        try:
+            self._post(f"/v2/repository/models/{urllib.parse.quote(model)}/load", {})
+        except urllib.error.HTTPError as refused:
+            try:
+                return first_line_and_frame(str(json.loads(refused.read())["error"]))
+            except (ValueError, KeyError, TypeError):
+                return f"HTTP {refused.code}"
+        except OSError as unreachable:
+            return f"Triton unreachable: {unreachable}"
+        return None
+
+
+def first_line_and_frame(reason: str) -> str:
+    """Triton's reason on one line: its first line, and where a Python error was raised (the innermost frame
+    of the traceback that follows "At:"; the whole one is in Triton's log)."""
+    lines = [line.strip() for line in reason.strip().splitlines()] or ["no reason given"]
+    frames = [line for line in lines[lines.index("At:") + 1 :] if line] if "At:" in lines else []
+    return f"{lines[0]} (at {frames[0]})" if frames else lines[0]
+
+
+class StepReloader:
+    """One ``poll()`` a second: reloads the models whose files changed, one log line each."""
+
+    def __init__(
+        self,
+        repository: Path,
+        triton: TritonRepositoryApi,
+        packages: Mapping[str, Path] = DEFAULT_PACKAGES,
+        report: Callable[[str], None] = print,
+    ):
+        self.watch = ChangeWatch(repository, packages)
+        self.triton = triton
+        self.report = report
+        self.failed_reloads = 0  # Triton 2.51 then waits its whole exit timeout when it stops (serve.py says so)
+        self._roots = [self.watch.repository, *(folder.parent for folder in packages.values())]
+
+    def poll(self) -> None:
+        affected = self.watch.settled_changes()
+        if not affected:
+            return
+        try:
+            loaded = self.triton.ready_models()
+        except OSError as unreachable:
+            self.report(f"reload: skipped, Triton's index did not answer: {unreachable}")
+            return
+        folders = model_folders(self.watch.repository)
+        # Steps first: an ensemble's new wiring may need its steps' new config.
+        for model in sorted(affected, key=lambda name: (name in folders and is_ensemble(folders[name]), name)):
+            self.reload(model, affected[model], folders.get(model), loaded)
+
+    def reload(self, model: str, changed: list[Path], folder: Path | None, loaded: set[str]) -> None:
+        why = f"reload: {model} ({self.describe(changed)} changed)"
+        if folder is None or model not in loaded:
+            self.report(f"{why}: skipped, not loaded in Triton")
+            return
+        started = time.monotonic()
+        try:
+            forget_bytecode(changed)
+            if needs_forced_reload(folder, changed):
+                mark_modified(folder)
+        except OSError as exc:
+            self.report(f"{why}: failed, the loaded version keeps serving: {exc}")
+            return
+        error = self.triton.load(model)
+        took = f"{time.monotonic() - started:.1f} s"
+        if error is None:
+            self.report(f"{why}: ok in {took}")
+        else:
+            self.failed_reloads += 1
+            self.report(f"{why}: failed in {took}, the loaded version keeps serving: {error}")
+
+    def describe(self, changed: list[Path]) -> str:
+        shown = [self.display(path) for path in changed[:2]]
+        return ", ".join(shown) + (f" and {len(changed) - 2} more" if len(changed) > 2 else "")
+
+    def display(self, path: Path) -> str:
+        for root in self._roots:
+            if path.is_relative_to(root):
+                return path.relative_to(root).as_posix()
+        return str(path)

@@ -1,0 +1,209 @@
+"""The reload watcher's logic without Triton (pipeline_src/serving/reload.py), on real files in tmp_path: which
+files a step imports, which models a change touches and when it is reported, what is done to the files before
+a reload; and serve.py's model control and --reload flag. tests/integration/test_reload.py runs it for real."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import py_compile
+from pathlib import Path
+
+import pytest
+
+from pipeline_src.serving.reload import (
+    DEFAULT_PACKAGES,
+    ChangeWatch,
+    ImportTracer,
+    forget_bytecode,
+    mark_modified,
+    needs_forced_reload,
+)
+from pipeline_src.serving.serve import EXPLICIT_MODEL_CONTROL, chosen_model_control, model_control_args, parse_args
+
+ENSEMBLE_CONFIG = 'name: "pipeline"\nplatform: "ensemble"\n'
+
+
+def write(path: Path, text: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def edit(path: Path, text: str) -> None:
+    """Rewrite ``path`` and move its mtime a second on, as a later save would (writes in one clock tick can
+    share an mtime)."""
+    before = path.stat().st_mtime_ns
+    path.write_text(text)
+    os.utime(path, ns=(before + 1_000_000_000, before + 1_000_000_000))
+
+
+def step(repository: Path, name: str, model_py: str) -> Path:
+    write(repository / name / "config.pbtxt", f'name: "{name}"\nbackend: "python"\n')
+    return write(repository / name / "1" / "model.py", model_py)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A repository of two Python steps and an ensemble, and a package ``steplib`` they import from."""
+    lib = tmp_path / "src" / "steplib"
+    write(lib / "__init__.py")
+    write(lib / "shared.py", "import numpy as np\n")
+    write(lib / "resize.py", "from . import shared\nfrom .shared import np\n")
+    write(lib / "colour" / "__init__.py")
+    write(lib / "colour" / "space.py", "def convert():\n    from steplib import shared\n")
+    write(lib / "unused.py", "")
+    repository = tmp_path / "repository"
+    step(repository, "resizer", "import os\nfrom steplib.resize import shared\n")
+    step(repository, "painter", "import steplib.colour.space\nimport painter_step\n")
+    write(repository / "painter" / "painter_step.py", "from steplib import unused as _\n")
+    write(repository / "pipeline" / "config.pbtxt", ENSEMBLE_CONFIG)
+    (repository / "pipeline" / "1").mkdir()
+    return repository, lib
+
+
+def settle(watch: ChangeWatch) -> dict[str, list[Path]]:
+    """What a poll reports once the files stopped changing: the first look sees them change, the next agrees."""
+    assert watch.settled_changes() == {}
+    return watch.settled_changes()
+
+
+def test_a_step_imports_its_modules_transitively_with_their_packages_and_its_own_folder(project):
+    repository, lib = project
+    tracer = ImportTracer({"steplib": lib})
+    assert tracer.step_sources(repository / "resizer") == {
+        repository / "resizer" / "1" / "model.py",
+        lib / "__init__.py",
+        lib / "resize.py",
+        lib / "shared.py",  # relative imports; numpy and os are not followed
+    }
+    assert tracer.step_sources(repository / "painter") == {
+        repository / "painter" / "1" / "model.py",
+        repository / "painter" / "painter_step.py",  # from the model's folder, on the stub's sys.path
+        lib / "__init__.py",
+        lib / "colour" / "__init__.py",
+        lib / "colour" / "space.py",
+        lib / "shared.py",  # a late import, inside a function
+        lib / "unused.py",  # `from steplib import unused`: a module, not a name of steplib
+    }
+    assert tracer.step_sources(repository / "pipeline") == set()  # an ensemble runs no Python
+
+
+def test_the_project_steps_import_pipeline_src_files_that_exist(tmp_path):
+    step(tmp_path, "adapter", "from pipeline_src.steps.triton_step import StepContext\n")
+    sources = ImportTracer(DEFAULT_PACKAGES).step_sources(tmp_path / "adapter")
+    package = DEFAULT_PACKAGES["pipeline_src"]
+    assert {package / "__init__.py", package / "steps" / "__init__.py", package / "steps" / "triton_step.py"} <= sources
+    assert all(path.is_file() for path in sources)
+
+
+def test_an_edit_of_a_module_reloads_exactly_the_steps_that_import_it(project):
+    repository, lib = project
+    watch = ChangeWatch(repository, {"steplib": lib})
+    edit(lib / "resize.py", "from . import shared  # edited\n")
+    assert settle(watch) == {"resizer": [lib / "resize.py"]}
+    edit(lib / "shared.py", "import numpy\n")
+    assert settle(watch) == {"painter": [lib / "shared.py"], "resizer": [lib / "shared.py"]}
+    write(lib / "not_imported.py", "x = 1\n")
+    assert settle(watch) == {}
+
+
+def test_an_edit_in_a_model_folder_reloads_that_model_alone(project):
+    repository, lib = project
+    watch = ChangeWatch(repository, {"steplib": lib})
+    edit(repository / "pipeline" / "config.pbtxt", ENSEMBLE_CONFIG + "max_batch_size: 8\n")
+    assert settle(watch) == {"pipeline": [repository / "pipeline" / "config.pbtxt"]}
+    write(repository / "painter" / "1" / "weights.bin", "new")
+    assert settle(watch) == {"painter": [repository / "painter" / "1" / "weights.bin"]}
+    (repository / "painter" / "1" / "weights.bin").unlink()
+    assert settle(watch) == {"painter": [repository / "painter" / "1" / "weights.bin"]}
+
+
+def test_bytecode_swap_and_backup_files_are_no_edits(project):
+    repository, lib = project
+    watch = ChangeWatch(repository, {"steplib": lib})
+    py_compile.compile(str(repository / "resizer" / "1" / "model.py"))  # as the stub writes __pycache__
+    py_compile.compile(str(lib / "resize.py"))
+    write(repository / "resizer" / "1" / ".model.py.swp", "vim")
+    write(repository / "resizer" / "1" / "model.py~", "backup")
+    assert settle(watch) == {}
+
+
+def test_a_change_is_reported_once_it_has_settled_and_only_once(project):
+    repository, lib = project
+    watch = ChangeWatch(repository, {"steplib": lib})
+    edit(lib / "resize.py", "x = 1\n")
+    assert watch.settled_changes() == {}  # changing: a file may be half-written
+    edit(lib / "resize.py", "x = 12\n")
+    assert watch.settled_changes() == {}  # still changing
+    assert watch.settled_changes() == {"resizer": [lib / "resize.py"]}
+    assert watch.settled_changes() == {}
+
+
+def test_a_new_import_is_watched_from_the_edit_that_adds_it(project):
+    repository, lib = project
+    watch = ChangeWatch(repository, {"steplib": lib})
+    extra = write(lib / "extra.py", "")
+    assert settle(watch) == {}  # imported by no step
+    model_py = repository / "resizer" / "1" / "model.py"
+    edit(model_py, model_py.read_text() + "import steplib.extra\n")
+    assert settle(watch) == {"resizer": [model_py]}
+    edit(extra, "# now imported\n")
+    assert settle(watch) == {"resizer": [extra]}
+
+
+def test_a_module_that_does_not_parse_mid_edit_still_counts_as_changed(project):
+    repository, lib = project
+    watch = ChangeWatch(repository, {"steplib": lib})
+    edit(lib / "resize.py", "from . import (\n")
+    assert settle(watch) == {"resizer": [lib / "resize.py"]}  # Triton's load will name the SyntaxError
+    edit(lib / "resize.py", "from . import shared\n")
+    assert settle(watch) == {"resizer": [lib / "resize.py"]}
+
+
+def test_only_a_config_change_is_left_to_triton_anything_else_forces_a_full_reload(project):
+    repository, lib = project
+    folder = repository / "resizer"
+    assert not needs_forced_reload(folder, [folder / "config.pbtxt"])  # an instance count is updated in place
+    assert needs_forced_reload(folder, [folder / "config.pbtxt", folder / "1" / "model.py"])
+    assert needs_forced_reload(folder, [lib / "resize.py"])
+
+
+def test_marking_a_model_modified_moves_its_version_folders_mtime_and_writes_no_file(project):
+    repository, _ = project
+    folder = repository / "resizer"
+    (folder / "2").mkdir()
+    long_ago = 1_000_000_000
+    for path in (folder / "1", folder / "2", folder / "1" / "model.py", folder / "config.pbtxt"):
+        os.utime(path, (long_ago, long_ago))
+    mark_modified(folder)
+    assert (folder / "1").stat().st_mtime > long_ago and (folder / "2").stat().st_mtime > long_ago
+    assert (folder / "1" / "model.py").stat().st_mtime == long_ago
+    assert (folder / "config.pbtxt").stat().st_mtime == long_ago
+
+
+def test_the_bytecode_of_a_changed_module_is_forgotten(project):
+    """Python would trust it if the edit kept the size within the second of its compile."""
+    _, lib = project
+    cached = Path(importlib.util.cache_from_source(str(lib / "resize.py")))
+    py_compile.compile(str(lib / "resize.py"))
+    py_compile.compile(str(lib / "shared.py"))
+    forget_bytecode([lib / "resize.py"])
+    assert not cached.exists()
+    assert Path(importlib.util.cache_from_source(str(lib / "shared.py"))).exists()
+    forget_bytecode([lib / "resize.py", lib.parent.parent / "repository" / "resizer" / "config.pbtxt"])  # no-op
+
+
+def test_serve_runs_triton_under_explicit_model_control_unless_told_otherwise():
+    assert model_control_args(("--trace-config=triton,file=t.json",)) == EXPLICIT_MODEL_CONTROL
+    assert EXPLICIT_MODEL_CONTROL == ("--model-control-mode=explicit", "--load-model=*")
+    assert chosen_model_control(EXPLICIT_MODEL_CONTROL) == "explicit"
+    for chosen in (("--model-control-mode=none",), ("--log-verbose=1", "--model-control-mode", "poll")):
+        assert model_control_args(chosen) == ()
+    assert chosen_model_control(("--model-control-mode", "poll")) == "poll"
+
+
+def test_serve_reloads_by_default_and_not_when_told():
+    assert parse_args([]).reload is True
+    assert parse_args(["--no-reload"]).reload is False
+    assert parse_args(["--reload-package", "src/mine"]).reload_package == [Path("src/mine")]
