@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
 import os
 import re
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.serving.repository_api import TritonRepositoryApi
 
 DEFAULT_PACKAGES = {"pipeline_src": PROJECT_ROOT / "pipeline_src"}  # name -> folder, as its editable install maps it
 CONFIG = "config.pbtxt"
@@ -226,44 +223,6 @@ def forget_bytecode(changed: list[Path]) -> None:
 # --- asking Triton ---------------------------------------------------------------------------------------
 
 
-class TritonRepositoryApi:
-    """Triton's model repository API over HTTP, with the admin key (TritonServer.admin_http_headers)."""
-
-    def __init__(self, http_url: str, headers: Mapping[str, str], timeout_s: float = 600.0):
-        self.base_url = http_url if "://" in http_url else f"http://{http_url}"
-        self.headers = {"Content-Type": "application/json", **headers}
-        self.timeout_s = timeout_s  # a load answers when it is done: a large model takes a while
-
-    def _post(self, path: str, body: dict) -> bytes:
-        request = urllib.request.Request(self.base_url + path, json.dumps(body).encode(), self.headers)
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            return response.read()
-
-    def ready_models(self) -> set[str]:
-        return {entry["name"] for entry in json.loads(self._post("/v2/repository/index", {"ready": True}))}
-
-    def load(self, model: str) -> str | None:
-        """None when loaded, else Triton's reason."""
-        try:
-            self._post(f"/v2/repository/models/{urllib.parse.quote(model)}/load", {})
-        except urllib.error.HTTPError as refused:
-            try:
-                return first_line_and_frame(str(json.loads(refused.read())["error"]))
-            except (ValueError, KeyError, TypeError):
-                return f"HTTP {refused.code}"
-        except OSError as unreachable:
-            return f"Triton unreachable: {unreachable}"
-        return None
-
-
-def first_line_and_frame(reason: str) -> str:
-    """Triton's reason on one line: its first line, and where a Python error was raised (the innermost frame
-    of the traceback that follows "At:"; the whole one is in Triton's log)."""
-    lines = [line.strip() for line in reason.strip().splitlines()] or ["no reason given"]
-    frames = [line for line in lines[lines.index("At:") + 1 :] if line] if "At:" in lines else []
-    return f"{lines[0]} (at {frames[0]})" if frames else lines[0]
-
-
 class StepReloader:
     """One ``poll()`` a second: reloads the models whose files changed, one log line each."""
 
@@ -280,19 +239,21 @@ class StepReloader:
         self.failed_reloads = 0  # Triton 2.51 then waits its whole exit timeout when it stops (serve.py says so)
         self._roots = [self.watch.repository, *(folder.parent for folder in packages.values())]
 
-    def poll(self) -> None:
+    def poll(self) -> bool:
+        """Whether it asked Triton to reload anything (its stubs then changed)."""
         affected = self.watch.settled_changes()
         if not affected:
-            return
+            return False
         try:
             loaded = self.triton.ready_models()
         except OSError as unreachable:
             self.report(f"reload: skipped, Triton's index did not answer: {unreachable}")
-            return
+            return False
         folders = model_folders(self.watch.repository)
         # Steps first: an ensemble's new wiring may need its steps' new config.
         for model in sorted(affected, key=lambda name: (name in folders and is_ensemble(folders[name]), name)):
             self.reload(model, affected[model], folders.get(model), loaded)
+        return True
 
     def reload(self, model: str, changed: list[Path], folder: Path | None, loaded: set[str]) -> None:
         why = f"reload: {model} ({self.describe(changed)} changed)"

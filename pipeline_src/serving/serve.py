@@ -7,7 +7,8 @@ otherwise, and both die with this process however it ends (the kernel's parent-d
 
 Triton runs under explicit model control with every model loaded at start (``--load-model=*``), so that a model
 can be reloaded while it serves; with ``--reload`` (the default) a step is reloaded as soon as its files, or the
-``pipeline_src`` code it imports, change (``reload``). The container images start tritonserver without this file.
+``pipeline_src`` code it imports, change (``reload``). While they run, ``supervisor`` keeps them serving: a server
+that dies is started again, a step whose stub died is healed (``watchdog``), a crash loop ends this with its reason.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import os
 import re
 import signal
 import sys
-import time
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.validate import validate_repository
 from pipeline_src.serving import admin
+from pipeline_src.serving.api_process import ApiProcess
 from pipeline_src.serving.launcher import (
     LOOPBACK,
     PortInUseError,
@@ -31,12 +32,11 @@ from pipeline_src.serving.launcher import (
     TritonServer,
     TritonStartError,
     check_ports_free,
-    reachable_host,
-    spawn,
-    stop_process,
-    wait_for_http,
 )
-from pipeline_src.serving.reload import DEFAULT_PACKAGES, StepReloader, TritonRepositoryApi
+from pipeline_src.serving.reload import DEFAULT_PACKAGES, StepReloader
+from pipeline_src.serving.repository_api import TritonRepositoryApi
+from pipeline_src.serving.supervisor import CrashLoop, RestartBudget, Supervisor
+from pipeline_src.serving.watchdog import NeedsAPerson, StubWatchdog
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal was closed
 MODEL_CONTROL_FLAG = "--model-control-mode"
@@ -101,25 +101,22 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="one more package folder whose modules the steps import (food11-new-step's --source-dir), watched "
         "like pipeline_src; repeatable",
     )
+    parser.add_argument(
+        "--restart-limit",
+        type=int,
+        default=5,
+        help="restarts of tritonserver (and of the API) within 10 minutes before a crash loop ends this "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--heal-limit",
+        type=int,
+        default=3,
+        help="heals of one step whose stub died within 10 minutes before its next death ends this "
+        "(default: %(default)s)",
+    )
     parser.add_argument("extra", nargs="*", help="more tritonserver flags, after --")
     return parser.parse_args(argv)
-
-
-class ApiProcess:
-    """``python -m food11_api`` as a child process, configured through FOOD11_API_* variables."""
-
-    def __init__(self, host: str, port: int, triton_grpc_url: str, **settings: object):
-        """``settings``: more of the API's settings by name (``max_in_flight=16``: FOOD11_API_MAX_IN_FLIGHT)."""
-        self.url = f"http://{reachable_host(host)}:{port}"
-        env = dict(os.environ, FOOD11_API_HOST=host, FOOD11_API_PORT=str(port), FOOD11_API_TRITON_URL=triton_grpc_url)
-        env |= {f"FOOD11_API_{name.upper()}": str(value) for name, value in settings.items()}
-        self.process = spawn([sys.executable, "-m", "food11_api"], env=env)
-
-    def wait_until_alive(self, timeout_s: float = 60.0) -> None:
-        wait_for_http(self.process, f"{self.url}/healthz", timeout_s, f"the API on {self.url}")
-
-    def stop(self, timeout_s: float = 15.0) -> int:
-        return stop_process(self.process, timeout_s)
 
 
 def validate_or_exit(model_repository: Path) -> None:
@@ -183,18 +180,8 @@ def start_reloader(args, server: TritonServer) -> StepReloader | None:
     return reloader
 
 
-def wait_while_running(server: TritonServer, api: ApiProcess | None, reloader: StepReloader | None = None) -> bool:
-    """Until a stop signal (True) or until a server exits on its own (False); meanwhile, a reload per change."""
-    try:
-        while server.is_running and (api is None or api.process.poll() is None):
-            time.sleep(1.0)
-            if reloader is not None and server.is_running:
-                reloader.poll()
-    except StopRequested as stop:
-        print(f"{stop}: stopping ...", flush=True)
-        return True
-    print(f"a server exited; tritonserver log tail:\n{server.log_tail()}", file=sys.stderr, flush=True)
-    return False
+def report(line: str) -> None:
+    print(line, flush=True)
 
 
 def start_api(args, server: TritonServer) -> ApiProcess:
@@ -212,7 +199,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     for signum in STOP_SIGNALS:
         signal.signal(signum, _stop_requested)
-    server, api, reloader, stopped = None, None, None, False
+    server, api, reloader, supervisor, stopped, running = None, None, None, None, False, False
     try:
         if not args.skip_validation:
             validate_or_exit(args.model_repository)
@@ -248,11 +235,30 @@ def main(argv=None) -> None:
             flush=True,
         )
         api = None if args.no_api else start_api(args, server)
+        supervisor = Supervisor(
+            server,
+            StubWatchdog(
+                lambda: server.pid,
+                TritonRepositoryApi(server.http_url, server.admin_http_headers),
+                report,
+                max_heals=args.heal_limit,
+            ),
+            report,
+            start_api=None if args.no_api else lambda: start_api(args, server),
+            reloader=reloader,
+            ready_timeout_s=args.ready_timeout,
+            triton_budget=RestartBudget("tritonserver", args.restart_limit),
+            api_budget=RestartBudget("the API", args.restart_limit),
+            api=api,
+        )
         print("Ctrl-C stops everything.", flush=True)
-        stopped = wait_while_running(server, api, reloader)
+        running = True
+        supervisor.run()
     except StopRequested as stop:
-        print(f"{stop} during start-up: stopping ...", file=sys.stderr, flush=True)
+        print(f"{stop}{'' if running else ' during start-up'}: stopping ...", flush=True)
         stopped = True
+    except (CrashLoop, NeedsAPerson) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
     except (PortInUseError, TritonStartError, ServerStartError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
     finally:
@@ -263,6 +269,9 @@ def main(argv=None) -> None:
                 "model, so stopping it takes its whole exit timeout (--exit-timeout-secs, 30 s) and ends in an error",
                 flush=True,
             )
+        if supervisor is not None:
+            api = supervisor.api  # the one running now, if the first was restarted
+            supervisor.watchdog.close()
         codes = [api.stop() if api else 0, server.stop() if server else 0]
     sys.exit(0 if stopped and not any(codes) else 1)
 

@@ -35,9 +35,17 @@ def _bundled_backend_dir(work_dir: Path) -> Path:
     python_backend.mkdir(parents=True, exist_ok=True)
     for source in (server_dir / "backends" / "python").iterdir():
         if source.is_file():
-            shutil.copy2(source, python_backend / source.name)
-    shutil.copy2(stub, python_backend / stub.name)
+            _install(source, python_backend / source.name)
+    _install(stub, python_backend / stub.name)
     return python_backend.parent
+
+
+def _install(source: Path, target: Path) -> None:
+    """Copy beside, then rename over: a restarted server's stub may still be running from ``target`` (a busy
+    file cannot be opened for writing, but its name can be replaced)."""
+    partial = target.with_name(f".{target.name}.partial")
+    shutil.copy2(source, partial)
+    partial.replace(target)
 
 
 def bundled_command(work_dir: Path) -> list[str]:

@@ -1,0 +1,130 @@
+"""Keep the servers serving: ``make serve``'s loop, and the Triton container's.
+
+Once a second: a tritonserver that died is started again (its cause logged: the signal or exit status and
+the last lines of its log), as is an API that died; the other keeps serving what it can meanwhile (the API
+answers 503 naming Triton while Triton is down). A step whose stub died or stopped is healed by the
+``StubWatchdog``; a step whose files changed is reloaded by the ``StepReloader``. More than ``RestartBudget``
+allows in its window is a crash loop: ``CrashLoop`` ends the loop with the reason, as ``NeedsAPerson`` does
+for a step that keeps dying, so that a person (or the container's orchestrator, which then restarts the
+container) is told rather than the crash hidden.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pipeline_src.serving.api_process import ApiProcess
+from pipeline_src.serving.errors import TritonStartError
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.watchdog import StubWatchdog
+
+Report = Callable[[str], None]
+
+
+class CrashLoop(Exception):
+    """A server died more often than its restart budget allows; the message says which, how often, why."""
+
+
+class Reloader(Protocol):
+    def poll(self) -> bool: ...
+
+
+def exit_cause(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+@dataclass
+class RestartBudget:
+    """At most ``limit`` restarts of one server within ``window_s``."""
+
+    what: str
+    limit: int = 5
+    window_s: float = 600.0
+    now: Callable[[], float] = time.monotonic
+    restarts: list[float] = field(default_factory=list)
+
+    def spend(self, cause: str) -> int:
+        """Count one restart (its number in the window); CrashLoop when over the limit."""
+        now = self.now()
+        self.restarts = [at for at in self.restarts if now - at < self.window_s] + [now]
+        if len(self.restarts) > self.limit:
+            raise CrashLoop(
+                f"{self.what} died {len(self.restarts)} times in {self.window_s:.0f} s (last: {cause}): "
+                "not restarting it again, it needs a person"
+            )
+        return len(self.restarts)
+
+
+@dataclass
+class Supervisor:
+    server: TritonServer
+    watchdog: StubWatchdog
+    report: Report
+    start_api: Callable[[], ApiProcess] | None = None  # None: Triton alone (the Triton container)
+    reloader: Reloader | None = None
+    ready_timeout_s: float = 600.0
+    triton_budget: RestartBudget = field(default_factory=lambda: RestartBudget("tritonserver"))
+    api_budget: RestartBudget = field(default_factory=lambda: RestartBudget("the API"))
+    api: ApiProcess | None = None
+    interval_s: float = 1.0
+
+    def run(self) -> None:
+        """Until a stop signal's exception, CrashLoop or NeedsAPerson propagates out of it."""
+        self.watchdog.baseline()
+        while True:
+            time.sleep(self.interval_s)
+            self.step()
+
+    def step(self) -> None:
+        if not self.server.is_running:
+            self.restart_triton()
+            return
+        if self.api is not None and self.api.process.poll() is not None:
+            self.restart_api()
+        if self.reloader is not None and self.reloader.poll():
+            self.watchdog.baseline()  # a reload starts new stubs
+        self.watchdog.poll()
+
+    def restart_triton(self) -> None:
+        assert self.server.process is not None
+        returncode = self.server.process.returncode
+        cause = exit_cause(returncode)
+        if returncode is not None and returncode > 0:  # it said why, last thing: a signal leaves no last words
+            cause += " (its log ends: " + " | ".join(self.server.log_tail(2).splitlines())[-300:] + ")"
+        count = self.triton_budget.spend(cause)
+        self.report(
+            f"supervisor: tritonserver {cause}; restarting it ({count} of at most {self.triton_budget.limit} in "
+            f"{self.triton_budget.window_s:.0f} s)"
+        )
+        self.server.stop()  # its process group: stubs it left behind die too
+        started = time.monotonic()
+        try:
+            self.server.start(self.ready_timeout_s)
+        except TritonStartError as exc:
+            self.report(f"supervisor: tritonserver did not start again: {exc}")
+            return  # the next step finds it not running: another restart, within the budget
+        self.watchdog.baseline()
+        self.report(f"supervisor: tritonserver ready again in {time.monotonic() - started:.1f} s")
+
+    def restart_api(self) -> None:
+        assert self.api is not None and self.start_api is not None
+        cause = exit_cause(self.api.process.poll())
+        count = self.api_budget.spend(cause)
+        self.report(
+            f"supervisor: the API {cause}; restarting it ({count} of at most {self.api_budget.limit} in "
+            f"{self.api_budget.window_s:.0f} s)"
+        )
+        started = time.monotonic()
+        self.api = self.start_api()
+        self.report(f"supervisor: the API ready again in {time.monotonic() - started:.1f} s")

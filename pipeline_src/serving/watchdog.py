@@ -1,0 +1,123 @@
+"""Heal a step whose stub process died or stopped: unload and load it through Triton's repository API.
+
+Triton 2.51 (and NVIDIA's 25.08 image) leaves such a model READY and fails each of its requests after a second,
+forever (``stubs``). The watchdog polls the server's stubs once a second; when an instance's stub is gone, or
+stopped (SIGSTOP: alive, never answering), it unloads the model at once (Triton kills a dead or stopped stub
+on unload, and the model and the ensembles using it turn unready, so every probe tells the truth), then loads
+it again: new stubs, and the ensembles come back with it. A load runs in a thread of its own, so the loop
+goes on watching the other steps and the servers meanwhile.
+
+Repeated deaths back off (``backoff_s``: the wait before each load) and are counted: the ``max_heals``-th
+death of one model within ``window_s`` is not healed but reported as needing a person (``NeedsAPerson``),
+never a restart loop that hides a crash; the model stays unloaded, so readiness says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pipeline_src.serving.repository_api import TritonRepositoryApi
+from pipeline_src.serving.stubs import Stub, stubs_of
+
+Report = Callable[[str], None]
+
+
+class NeedsAPerson(Exception):
+    """A model keeps dying: healing it again would hide the crash. The message says which and how often."""
+
+
+@dataclass
+class _Heal:
+    model: str
+    cause: str
+    detected_at: float
+    load_at: float  # when the load may start (the backoff)
+    loading: Future | None = None
+
+
+@dataclass
+class StubWatchdog:
+    server_pid: Callable[[], int]
+    triton: TritonRepositoryApi
+    report: Report
+    max_heals: int = 3
+    window_s: float = 600.0
+    backoff_s: tuple[float, ...] = (0.0, 5.0, 30.0)  # before the 1st, 2nd, 3rd, ... load within the window
+    now: Callable[[], float] = time.monotonic
+    expected: dict[str, set[str]] = field(default_factory=dict)  # model -> its instances' names, when healthy
+    deaths: dict[str, list[float]] = field(default_factory=dict)  # model -> when each death was seen
+    healing: dict[str, _Heal] = field(default_factory=dict)
+    healed: list[tuple[str, float]] = field(default_factory=list)  # (model, seconds from detection to loaded)
+    _loads: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=2))
+
+    def baseline(self) -> None:
+        """Take the stubs as they are now as the healthy set: after Triton (re)started or a model reloaded."""
+        self.expected = {}
+        for stub in stubs_of(self.server_pid()):
+            if stub.alive:
+                self.expected.setdefault(stub.model, set()).add(stub.instance)
+
+    def poll(self) -> None:
+        """One look: start healing what died, start the loads whose backoff is over, finish those done.
+        Raises NeedsAPerson when a model dies too often."""
+        by_model: dict[str, dict[str, Stub]] = {}
+        for stub in stubs_of(self.server_pid()):
+            by_model.setdefault(stub.model, {})[stub.instance] = stub
+        for model, instances in self.expected.items():
+            if model in self.healing:
+                continue
+            present = by_model.get(model, {})
+            gone = [f"stub {name} gone" for name in sorted(instances - present.keys())]
+            stopped = [
+                f"stub {s.instance} (pid {s.pid}) {'stopped' if s.state in 'Tt' else 'dead'}"
+                for s in present.values()
+                if not s.alive
+            ]
+            if gone or stopped:
+                self._start_heal(model, "; ".join(gone + sorted(stopped)))
+        for heal in list(self.healing.values()):
+            self._advance(heal)
+
+    def _start_heal(self, model: str, cause: str) -> None:
+        now = self.now()
+        deaths = [at for at in self.deaths.get(model, []) if now - at < self.window_s] + [now]
+        self.deaths[model] = deaths
+        unloaded = self.triton.unload(model)  # at once: readiness turns false, a stopped stub is killed
+        if len(deaths) >= self.max_heals + 1:
+            raise NeedsAPerson(
+                f"{model} died {len(deaths)} times in {self.window_s:.0f} s (last: {cause}); left unloaded"
+                + (f" (unload failed: {unloaded})" if unloaded else "")
+                + ": it needs a person (Triton's log says more)"
+            )
+        wait = self.backoff_s[min(len(deaths) - 1, len(self.backoff_s) - 1)]
+        self.report(
+            f"watchdog: {model}: {cause}: unloaded{f' (unload: {unloaded})' if unloaded else ''}, loading it again"
+            f"{f' in {wait:.0f} s' if wait else ''} (death {len(deaths)} of at most {self.max_heals} in "
+            f"{self.window_s:.0f} s)"
+        )
+        self.healing[model] = _Heal(model, cause, now, now + wait)
+
+    def _advance(self, heal: _Heal) -> None:
+        if heal.loading is None:
+            if self.now() >= heal.load_at:
+                heal.loading = self._loads.submit(self.triton.load, heal.model)
+            return
+        if not heal.loading.done():
+            return
+        del self.healing[heal.model]
+        reason = heal.loading.result()
+        seconds = self.now() - heal.detected_at
+        if reason is None:
+            self.healed.append((heal.model, seconds))
+            self.report(f"watchdog: {heal.model}: healed in {seconds:.1f} s")
+            live = {s.instance for s in stubs_of(self.server_pid()) if s.model == heal.model and s.alive}
+            self.expected[heal.model] = live or self.expected.get(heal.model, set())
+        else:
+            # Counted as another death: the next poll finds it unhealthy (not loaded: its stubs are gone).
+            self.report(f"watchdog: {heal.model}: load failed after {seconds:.1f} s: {reason}")
+
+    def close(self) -> None:
+        self._loads.shutdown(wait=False, cancel_futures=True)

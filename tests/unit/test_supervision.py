@@ -1,0 +1,53 @@
+"""The supervisor's bookkeeping without servers: reading a stub's command line, naming how a process ended,
+and the restart budget that turns a crash loop into a stop with its reason."""
+
+import pytest
+
+from pipeline_src.serving.stubs import parse_stub
+from pipeline_src.serving.supervisor import CrashLoop, RestartBudget, exit_cause
+
+# As /proc/<pid>/cmdline gives a Python-backend stub of tritonserver 2.51 (NUL-separated).
+STUB_ARGUMENTS = [
+    "/work/backends/python/triton_python_backend_stub",
+    "/models/captioner/1/model.py",
+    "triton_python_backend_shm_region_6b0c",
+    "1048576",
+    "1048576",
+    "4242",
+    "/work/backends/python",
+    "336",
+    "captioner_0_1",
+    "DEFAULT",
+]
+
+
+def test_a_stub_is_read_from_its_command_line():
+    stub = parse_stub(77, STUB_ARGUMENTS, "S")
+    assert (stub.pid, stub.model, stub.instance, stub.alive) == (77, "captioner", "captioner_0_1", True)
+    assert not parse_stub(77, STUB_ARGUMENTS, "T").alive and not parse_stub(77, STUB_ARGUMENTS, "Z").alive
+
+
+def test_other_processes_are_not_stubs():
+    assert parse_stub(1, ["/usr/bin/python3", "-m", "food11_api"], "S") is None
+    assert parse_stub(1, [], "S") is None
+
+
+@pytest.mark.parametrize(
+    "returncode, cause",
+    [(-9, "killed by SIGKILL"), (-11, "killed by SIGSEGV"), (1, "exited with status 1"), (None, "still running")],
+)
+def test_exit_causes_are_named(returncode, cause):
+    assert exit_cause(returncode) == cause
+
+
+def test_the_budget_allows_its_limit_in_the_window_then_stops_with_the_reason():
+    clock = [0.0]
+    budget = RestartBudget("tritonserver", limit=2, window_s=60, now=lambda: clock[0])
+    assert budget.spend("killed by SIGKILL") == 1
+    clock[0] = 30
+    assert budget.spend("killed by SIGKILL") == 2
+    clock[0] = 61  # the first restart left the window
+    assert budget.spend("killed by SIGKILL") == 2
+    clock[0] = 62
+    with pytest.raises(CrashLoop, match=r"tritonserver died 3 times in 60 s \(last: exited with status 1\)"):
+        budget.spend("exited with status 1")
