@@ -15,16 +15,26 @@ from food11_api.callers import CallerKeys
 from food11_api.dependencies import get_caller, get_client
 from food11_api.errors import EXCEPTION_HANDLERS, UNAUTHORIZED
 from food11_api.extra_outputs import learn_extra_outputs, with_extra_outputs
-from food11_api.metrics import METRICS_PATH, ModelAnswers, Refusals, instrument, observe_admission, observe_callers
+from food11_api.metrics import (
+    METRICS_PATH,
+    ModelAnswers,
+    Refusals,
+    instrument,
+    observe_admission,
+    observe_callers,
+    observe_step_health,
+)
 from food11_api.middleware import (
     AdmissionMiddleware,
     BodySizeLimitMiddleware,
     CallerKeyMiddleware,
     RequestIdMiddleware,
     ServerTimingMiddleware,
+    StepHealthMiddleware,
 )
 from food11_api.routes import captioning, health, models, pages
 from food11_api.settings import ApiSettings
+from food11_api.step_health import StepHealth
 from food11_client import AsyncFood11Client
 
 __all__ = ["create_app", "get_client"]  # get_client: the dependency tests override
@@ -43,7 +53,10 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         )
         # The ensemble's own outputs, for the schema; the first /caption would learn them too.
         learning = asyncio.create_task(learn_extra_outputs(app.state.client))
+        # Whether every model the ensemble is built from is ready, looked at every step_health_interval_s.
+        app.state.step_health.start(app.state.client)
         yield
+        await app.state.step_health.stop()
         learning.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await learning
@@ -78,6 +91,15 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         paths=captioning.CAPTIONING_PATHS,
         refused=lambda by: app.state.refusals.count(by),
     )
+    # Outside admission: a request that needs a model that is not ready takes no place in flight.
+    app.state.step_health = StepHealth(settings.model_name, settings.step_health_interval_s)
+    app.add_middleware(
+        StepHealthMiddleware,
+        health=app.state.step_health,
+        outputs_by_path=captioning.REQUESTED_OUTPUTS,
+        retry_after_s=settings.step_down_retry_after_s,
+        refused=lambda by: app.state.refusals.count(by),
+    )
     if keys is not None:  # outside admission and the body limit: a request without a key takes no place
         app.add_middleware(
             CallerKeyMiddleware,
@@ -91,6 +113,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.state.model_answers = ModelAnswers(registry)
     app.state.refusals = Refusals(registry)
     observe_admission(registry, app.state.admission)
+    observe_step_health(registry, app.state.step_health)
 
     needs_key: dict[str, Any] = {}
     if keys is not None:

@@ -45,8 +45,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     ),
     503: _error_doc(
         "over capacity (this API's adaptive in-flight limit, or a Triton step's queue; the Retry-After header "
-        "says when to retry: the measured time to drain the requests in flight), or Triton is unreachable or "
-        "the ensemble is not loaded",
+        "says when to retry: the measured time to drain the requests in flight), or a model this route needs is "
+        "not ready in Triton (healing or down: refused at once, naming it, with Retry-After), or Triton is "
+        "unreachable or the ensemble is not loaded",
         "over capacity: this API serves 8 requests, as many as it answers within 30 s at the measured "
         "0.281 per second; retry after 29 s",
     ),
@@ -54,6 +55,13 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 # What the routes that only ask Triton can answer besides 200.
 TRITON_DOWN: dict[int | str, dict[str, Any]] = {503: ERROR_RESPONSES[503]}
+# /readyz's 503.
+NOT_READY: dict[int | str, dict[str, Any]] = {
+    503: _error_doc(
+        "Triton is unreachable, or the ensemble or a model it is built from is not ready: the detail names each",
+        "not ready: captioner (not ready in Triton)",
+    )
+}
 # With caller keys on (FOOD11_API_KEYS_FILE), every route that needs one.
 UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
     401: _error_doc(

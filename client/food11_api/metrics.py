@@ -7,9 +7,12 @@ from functools import partial
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from prometheus_fastapi_instrumentator import Instrumentator, metrics
 
 from food11_api.admission import AdaptiveLimit
+from food11_api.step_health import StepHealth
 
 # A caption takes well under a second on a GPU and seconds on a loaded CPU (benchmarks/results/gpu_serve.md,
 # bench.md): buckets that tell those apart.
@@ -53,13 +56,21 @@ class ModelAnswers:
 
 
 class Refusals:
-    """food11_refused_total{by}: requests refused under overload, by this API (``api``: its in-flight cap;
-    ``caller_share``: the caller's share of it, with caller keys on) or by Triton (``triton``: a step's queue
-    policy). All answer 503 with Retry-After."""
+    """food11_refused_total{by}: requests refused at once, under overload by this API (``api``: its in-flight
+    cap; ``caller_share``: the caller's share of it, with caller keys on) or by Triton (``triton``: a step's
+    queue policy), or because a model the request needs is not ready (``step_down``: step_health.py). All
+    answer 503 with Retry-After."""
+
+    BY = ("api", "caller_share", "triton", "step_down")
 
     def __init__(self, registry: CollectorRegistry):
-        self.counter = Counter("food11_refused", "requests refused under overload", ["by"], registry=registry)
-        for by in ("api", "caller_share", "triton"):
+        self.counter = Counter(
+            "food11_refused",
+            "requests refused at once (overload, or a model they need not ready)",
+            ["by"],
+            registry=registry,
+        )
+        for by in self.BY:
             self.counter.labels(by)  # present at 0 from the start, so a rate() sees the first refusal
 
     def count(self, by: str) -> None:
@@ -85,3 +96,26 @@ def observe_callers(registry: CollectorRegistry, admission: AdaptiveLimit, names
     )
     for name in names:
         gauge.labels(name).set_function(partial(admission.in_flight_by_caller.__getitem__, name))
+
+
+class ModelReadiness(Collector):
+    """food11_model_ready{model}: 1 when the API's last look found the model ready in Triton, 0 when not, for
+    the ensemble and every model it is built from; none before the first look, or while Triton does not answer
+    (that is not a model's state: the 503s of the captioning routes and /readyz say so)."""
+
+    def __init__(self, health: StepHealth):
+        self.health = health
+
+    def collect(self):
+        family = GaugeMetricFamily(
+            "food11_model_ready", "the model is ready in Triton (the API's last look)", labels=["model"]
+        )
+        last = self.health.last
+        if last is not None and last.reachable:
+            for model in last.graph.models:
+                family.add_metric([model], 0.0 if model in last.not_ready else 1.0)
+        yield family
+
+
+def observe_step_health(registry: CollectorRegistry, health: StepHealth) -> None:
+    registry.register(ModelReadiness(health))

@@ -1,6 +1,6 @@
 """Pure ASGI middlewares: a request id on every request, caller keys (when the operator asks for them), a cap
 on request bodies, admission (a limit on requests in flight that follows the measured capacity, with each
-caller's share of it), Server-Timing."""
+caller's share of it), refusing at once a request that needs a model that is not ready, Server-Timing."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from starlette.responses import JSONResponse
 
 from food11_api.admission import AdaptiveLimit
 from food11_api.callers import API_KEY_HEADER, BEARER_HEADER, CallerKeys, presented_key
+from food11_api.step_health import StepHealth, refusal_detail
 
 log = logging.getLogger("food11_api")
 
@@ -214,3 +215,37 @@ class AdmissionMiddleware:
                 still_running.add_done_callback(lambda _: self.limit.finished(admitted, out_of_time=True))
             else:
                 self.limit.finished(admitted, answered=status == 200, out_of_time=status == 504)
+
+
+class StepHealthMiddleware:
+    """A request to one of ``outputs_by_path``'s routes that needs a model the last look found not ready
+    (step_health.py; the route's outputs say which models it needs) gets 503 at once, before admission and
+    before its body is read, naming the models, with ``Retry-After``: Triton could only fail it (an ensemble
+    without a step) or answer it degraded (a caption without a captioner). A route that needs none of them is
+    let through. ``refused`` is called with ``step_down`` for each refusal (the metric's ``by``)."""
+
+    def __init__(
+        self,
+        app,
+        health: StepHealth,
+        outputs_by_path: Mapping[str, tuple[str, ...] | None],
+        retry_after_s: int,
+        refused: Callable[[str], None],
+    ):
+        self.app = app
+        self.health = health
+        self.outputs_by_path = outputs_by_path
+        self.retry_after_s = retry_after_s
+        self.refused = refused
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] not in self.outputs_by_path:
+            return await self.app(scope, receive, send)
+        down = self.health.down(self.outputs_by_path[scope["path"]])
+        if not down:
+            return await self.app(scope, receive, send)
+        self.refused("step_down")
+        response = error_response(
+            503, refusal_detail(down), _request_id(scope), **{"Retry-After": str(self.retry_after_s)}
+        )
+        return await response(scope, receive, send)

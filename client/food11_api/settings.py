@@ -39,6 +39,22 @@ class ApiSettings(BaseSettings):
     retry_after_s: int = Field(
         RETRY_AFTER_S, ge=0, description="Retry-After of a 503 before any answer was measured; then the drain time"
     )
+    # Step health (step_health.py): Triton 2.51 does not notice a Python step's dead stub, and a watchdog heals
+    # it by unloading and loading the model; meanwhile Triton says it is not ready. The API asks that often
+    # whether every model the ensemble is built from is ready: /readyz reads the answer, and a request whose
+    # route needs a model that is not ready is refused at once.
+    step_health_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="seconds between the API's looks at whether each model the ensemble is built from is ready "
+        "(GET /readyz, and the 503 at once for a request that needs a model that is not)",
+    )
+    step_down_retry_after_s: int = Field(
+        5,
+        ge=0,
+        description="Retry-After of a 503 for a request that needs a model that is not ready (a heal is an unload "
+        "and a load: seconds to tens of seconds)",
+    )
     # Caller keys (callers.py): off by default, as the API listens on loopback only; on, every request but
     # health, metrics and the docs needs a key, and each caller holds at most its share of the limit.
     keys_file: Path | None = Field(

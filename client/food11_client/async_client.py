@@ -99,6 +99,17 @@ class AsyncFood11Client(Connection):
             config = await self._client.get_model_config(self.model, as_json=True)
         return [step["model_name"] for step in config["config"].get("ensemble_scheduling", {}).get("step", [])]
 
+    async def model_config(self, name: str, timeout_s: float | None = None) -> dict:
+        """One model's configuration, as Triton answers it in JSON (field names as in config.pbtxt)."""
+        with triton_errors():
+            return (await self._client.get_model_config(name, as_json=True, client_timeout=timeout_s))["config"]
+
+    async def model_ready(self, name: str, timeout_s: float | None = None) -> bool:
+        """Whether Triton says ``name`` is ready. Unlike ``is_ready``, raises a ``PipelineError`` when Triton
+        cannot be asked (``ServerUnavailableError``: not reached; ``DeadlineExceededError``: no answer in time)."""
+        with triton_errors():
+            return await self._client.is_model_ready(name, client_timeout=timeout_s)
+
     async def model_state(self, name: str) -> dict:
         """One model's name, the versions Triton serves and its state (READY or UNAVAILABLE), from the health and
         metadata APIs, which every caller may use."""

@@ -341,6 +341,47 @@ def caption_through_the_api() -> None:
     )
 
 
+def check_a_killed_stub_heals(env) -> None:
+    """The captioner's stub process killed inside the Triton container: its supervisor's watchdog heals it, and a
+    photo is captioned in full again, with nobody's help (pipeline_src/serving/watchdog.py)."""
+    triton = container_id("triton", env)
+    find = (
+        "import os\n"
+        "for pid in os.listdir('/proc'):\n"
+        "    try:\n"
+        "        line = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if line[0].endswith(b'triton_python_backend_stub') and b'/captioner/' in line[1]:\n"
+        "        os.kill(int(pid), 9); print(pid); break\n"
+    )
+    killed = run(["docker", "exec", triton, "python3", "-c", find]).stdout.strip()
+    if not killed:
+        raise CheckFailed("no captioner stub process found in the Triton container")
+    started, deadline, answer = time.monotonic(), time.monotonic() + 180, {}
+    body, content_type = multipart("photo", PHOTO, "image/jpeg")
+    while time.monotonic() < deadline:
+        request = urllib.request.Request(f"{API}/caption", data=body, headers={"Content-Type": content_type})
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                answer = json.loads(response.read())
+        except (urllib.error.URLError, OSError):
+            answer = {}
+        if answer.get("caption_status") == "ok" and answer.get("caption"):
+            break
+        time.sleep(1)
+    else:
+        raise CheckFailed(f"no complete caption within 180 s of killing the captioner's stub: {answer}")
+    healed = time.monotonic() - started
+    logs = run(compose_command("logs", "--no-color", "triton"), env=env).stdout
+    if "watchdog: captioner: healed in" not in logs:
+        raise CheckFailed("the Triton container's log does not say the captioner was healed")
+    passed(
+        f"the captioner's stub killed (pid {killed}) in the Triton container: healed by its supervisor, a full "
+        f"caption again {healed:.0f} s later"
+    )
+
+
 def http_status(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **headers})
     try:
@@ -467,12 +508,12 @@ def check_containers(env) -> None:
         f"the API runs as {api['Config']['User']}: {processes}, on a read-only root (writing /var/tmp fails: "
         "Read-only file system; /tmp, a tmpfs, takes a file), no capabilities, no new privileges"
     )
-    processes = check_unprivileged("Triton", triton, "python3", f"{TRITON_UID}:{TRITON_UID}", first="tritonserver")
+    processes = check_unprivileged("Triton", triton, "python3", f"{TRITON_UID}:{TRITON_UID}", first="python3")
     named = run(["docker", "exec", triton["Id"], "id", "-un"]).stdout.strip()
     if named != TRITON_USER:
         raise CheckFailed(f"uid {TRITON_UID} in the Triton image is {named!r}, not {TRITON_USER} (NVIDIA's image's)")
     passed(
-        f"Triton runs as {TRITON_USER} ({triton['Config']['User']}): {processes}, process 1 tritonserver, on a "
+        f"Triton runs as {TRITON_USER} ({triton['Config']['User']}): {processes}, process 1 its supervisor, on a "
         "read-only root (writing /var/tmp fails; /tmp, a tmpfs, takes a file), no capabilities, no new privileges"
     )
 
@@ -554,6 +595,7 @@ def main(argv=None) -> int:
         caption_through_the_api()
         check_admin_key(key, env)
         check_containers(env)
+        check_a_killed_stub_heals(env)
         failed = False
     except KeyboardInterrupt:
         print("container check: interrupted", file=sys.stderr, flush=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from pipeline_src.ensemble_pruning import Step, ensemble_outputs_read, starved_calls
 from pipeline_src.repository.graphs import find_cycles
 from pipeline_src.repository.loading import ModelEntry
-from pipeline_src.repository.pruning import Step, ensemble_outputs_read, starved_calls
 from pipeline_src.repository.report import Report
 from pipeline_src.repository.tensors import (
     ANY,
@@ -206,7 +206,7 @@ class _EnsembleCheck:
 
     def check_pruning(self) -> None:
         """Warn of the calls Triton cannot answer because it leaves out a step that the call needs
-        (pipeline_src.repository.pruning), naming the smallest such call, the cause and the fix."""
+        (pipeline_src.ensemble_pruning), naming the smallest such call, the cause and the fix."""
         scheduled = self.config.ensemble_scheduling.step
         steps = [Step(s.model_name, frozenset(s.input_map.values()), tuple(s.output_map.values())) for s in scheduled]
         ensemble_outputs = [tensor.name for tensor in self.config.output]

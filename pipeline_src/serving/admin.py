@@ -4,9 +4,8 @@ model configuration and statistics stay open to the API and to profilers.
 
 Triton's own mechanism (``--http-restricted-api`` and ``--grpc-restricted-protocol``, both in Triton 2.51 and
 NVIDIA's 25.08 image): a request of a restricted group must carry a header with the key, else HTTP 403 or
-gRPC UNAVAILABLE. Every path that starts Triton restricts the same groups: ``TritonServer`` (``make serve``, the
-tests, the benchmarks) with these arguments, Dockerfile.triton's command for compose and Kubernetes (a shell copy
-of them, which tests/integration/test_deployment.py holds to this module).
+gRPC UNAVAILABLE. Every path that starts Triton restricts the same groups with these arguments: ``TritonServer``
+(``make serve``, the tests, the benchmarks, and the Triton image's command, ``triton_container``).
 """
 
 from __future__ import annotations

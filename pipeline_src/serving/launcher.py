@@ -55,6 +55,7 @@ class TritonServer:
         address: str = LOOPBACK,
         steps_python: Path | None = None,
         admin_key: str | None = None,
+        log_to_stdout: bool = False,
     ):
         """``steps_python``: the interpreter of the environment the steps import from (a virtualenv holding the
         ``steps`` extra); by default this process's own. It must be the same Python version as this one.
@@ -70,6 +71,7 @@ class TritonServer:
         self.binary = binary
         self.steps_python = Path(steps_python or sys.executable)
         self.admin_key = admin_key or admin.key_from_environment()
+        self.log_to_stdout = log_to_stdout  # a container's log is its output: no file then
         self.process: subprocess.Popen | None = None
 
     @property
@@ -126,10 +128,13 @@ class TritonServer:
 
     def start(self, ready_timeout_s: float = 300.0) -> TritonServer:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_file, "ab") as log:
+        if self.log_to_stdout:
             # Own process group: stopping it also stops the backend stubs it spawned.
-            self.process = spawn(self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT)
+            self.process = spawn(self.command(), env=self.environment())
+        else:
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_file, "ab") as log:
+                self.process = spawn(self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT)
         try:
             self.wait_until_ready(ready_timeout_s)
         except BaseException:

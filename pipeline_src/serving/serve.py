@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -33,16 +32,13 @@ from pipeline_src.serving.launcher import (
     TritonStartError,
     check_ports_free,
 )
+from pipeline_src.serving.model_control import MODEL_CONTROL_FLAG, chosen_model_control, model_control_args
 from pipeline_src.serving.reload import DEFAULT_PACKAGES, StepReloader
 from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.supervisor import CrashLoop, RestartBudget, Supervisor
 from pipeline_src.serving.watchdog import NeedsAPerson, StubWatchdog
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal was closed
-MODEL_CONTROL_FLAG = "--model-control-mode"
-# Explicit model control lets a model be reloaded while serving; loading every model at start keeps what
-# Triton's default mode (none) did: all served, ready only once all loaded, a failed load ends the start.
-EXPLICIT_MODEL_CONTROL = (f"{MODEL_CONTROL_FLAG}=explicit", "--load-model=*")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -145,17 +141,6 @@ def _ignore_further_stop_signals() -> None:
     """While stopping: a second Ctrl-C must not interrupt the orderly shutdown with a traceback."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
-
-
-def chosen_model_control(extra: tuple[str, ...]) -> str | None:
-    """The model control mode the extra tritonserver flags choose, if they do."""
-    found = re.search(rf"(?:^| ){MODEL_CONTROL_FLAG}[= ](\S+)", " ".join(extra))
-    return found.group(1) if found else None
-
-
-def model_control_args(extra: tuple[str, ...]) -> tuple[str, ...]:
-    """Explicit model control with every model loaded, unless the extra tritonserver flags choose a mode."""
-    return () if chosen_model_control(extra) else EXPLICIT_MODEL_CONTROL
 
 
 def start_reloader(args, server: TritonServer) -> StepReloader | None:

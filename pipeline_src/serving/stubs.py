@@ -51,6 +51,16 @@ def parse_stub(pid: int, arguments: list[str], state: str) -> Stub | None:
     return Stub(pid, model, instance or f"{model}?pid{pid}", state)
 
 
+def zombie_children(parent_pid: int, proc: Path = PROC) -> list[int]:
+    """The children of ``parent_pid`` that have exited and wait to be collected."""
+    found = []
+    for pid_dir in proc.iterdir():
+        stat = _stat(pid_dir) if pid_dir.name.isdigit() else None
+        if stat is not None and stat[1] == parent_pid and stat[0] in ZOMBIE:
+            found.append(int(pid_dir.name))
+    return found
+
+
 def stubs_of(server_pid: int, proc: Path = PROC) -> list[Stub]:
     """The stub processes whose parent is ``server_pid``, as they are now."""
     found = []

@@ -11,6 +11,8 @@ container) is told rather than the crash hidden.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from typing import Protocol
 from pipeline_src.serving.api_process import ApiProcess
 from pipeline_src.serving.errors import TritonStartError
 from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.stubs import zombie_children
 from pipeline_src.serving.watchdog import StubWatchdog
 
 Report = Callable[[str], None]
@@ -31,6 +34,15 @@ class CrashLoop(Exception):
 
 class Reloader(Protocol):
     def poll(self) -> bool: ...
+
+
+def reap_orphans(keep: set[int]) -> None:
+    """Collect the zombie children this process never started: in a container it is process 1, and the stubs of a
+    tritonserver that died become its children. ``keep``: the servers, whose Popen collects them."""
+    for pid in zombie_children(os.getpid()):
+        if pid not in keep:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 def exit_cause(returncode: int | None) -> str:
@@ -79,14 +91,17 @@ class Supervisor:
     api: ApiProcess | None = None
     interval_s: float = 1.0
 
+    def __post_init__(self) -> None:
+        self.watchdog.baseline()  # at once: a stub that dies from here on is seen
+
     def run(self) -> None:
         """Until a stop signal's exception, CrashLoop or NeedsAPerson propagates out of it."""
-        self.watchdog.baseline()
         while True:
             time.sleep(self.interval_s)
             self.step()
 
     def step(self) -> None:
+        reap_orphans({process.pid for process in (self.server.process, self.api and self.api.process) if process})
         if not self.server.is_running:
             self.restart_triton()
             return

@@ -26,7 +26,7 @@ from pipeline_src.steps.settings import CaptionWithLabelSettings
 PROBABILITIES = "PROBABILITIES"  # the step's input: the label step's softmax, one row per photo
 # For the steps after this one, outputs that are no ensemble output of the shipped ensembles: a step reads
 # these, never CAPTION, since Triton drops a step from a call that names none of the ensemble outputs it maps,
-# even when another step reads them (pipeline_src/repository/pruning.py; docs/EXTENDING.md).
+# even when another step reads them (pipeline_src/ensemble_pruning.py; docs/EXTENDING.md).
 PROMPT = "PROMPT"  # the prompt each caption was conditioned on ("" when unsure)
 CAPTION_AFTER_PROMPT = "CAPTION_AFTER_PROMPT"  # the caption's own words: BLIP's caption begins with its prompt
 OUTPUTS = (CAPTION, CAPTION_STATUS, PROMPT, CAPTION_AFTER_PROMPT)  # as its config.pbtxt declares

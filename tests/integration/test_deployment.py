@@ -210,37 +210,51 @@ def test_the_triton_image_runs_as_nvidias_unprivileged_user():
     assert f"useradd --uid {TRITON_UID} --gid {TRITON_UID} --no-create-home {TRITON_USER}" in standin
 
 
-def triton_command() -> str:
+def test_the_triton_image_runs_tritonserver_under_the_supervisor():
     (cmd,) = [rest for keyword, rest in instructions("Dockerfile.triton") if keyword == "CMD"]
-    shell, flag, script = json.loads(cmd)
-    assert (shell, flag) == ("sh", "-c")
-    return script
+    assert json.loads(cmd) == ["python3", "-m", "pipeline_src.serving.triton_container"]
 
 
 def start_command(tmp_path: Path, environment: dict[str, str]) -> subprocess.CompletedProcess:
-    """Dockerfile.triton's command under `sh`, with a tritonserver that prints its arguments and whether the key's
-    variable reached it."""
+    """The Triton image's command, with a tritonserver on PATH that prints its arguments and whether the key's
+    variable reached it, then exits (so the command, not seeing it ready, ends)."""
     fake = tmp_path / "bin" / "tritonserver"
     fake.parent.mkdir(exist_ok=True)
     fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@"\necho "env:${{{admin.KEY_ENV}-unset}}"\n')
     fake.chmod(0o755)
-    env = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "TRITON_CONFIG": "onnxruntime", "TRITON_ARGS": ""}
-    return subprocess.run(["sh", "-c", triton_command()], env={**env, **environment}, capture_output=True, text=True)
+    env = {
+        "PATH": f"{fake.parent}:{os.environ['PATH']}",
+        "TRITON_CONFIG": "onnxruntime",
+        "TRITON_ARGS": "",
+        "FOOD11_READY_TIMEOUT_S": "20",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline_src.serving.triton_container"],
+        env={**env, **environment},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_triton_command_restricts_the_admin_apis_to_the_operators_key(tmp_path):
-    """The shell copy of admin.restricted_args: the same flags, groups and header, with FOOD11_TRITON_ADMIN_KEY."""
+    """admin.restricted_args with FOOD11_TRITON_ADMIN_KEY, explicit model control for the watchdog, TRITON_ARGS
+    last, and the key out of tritonserver's environment."""
     key = admin.new_key()
     started = start_command(tmp_path, {admin.KEY_ENV: key, "TRITON_ARGS": "--http-address=127.0.0.1 --log-verbose=1"})
-    assert started.returncode == 0 and started.stderr == "", started.stderr
-    assert started.stdout.splitlines() == [
-        "--model-repository=/models",
-        "--model-config-name=onnxruntime",
+    arguments = started.stdout.splitlines()
+    assert started.returncode == 1 and "tritonserver" in started.stderr  # the fake never became ready
+    assert arguments[0] == "--model-repository=/models"
+    assert {"--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"} <= set(arguments)
+    assert arguments[arguments.index(admin.restricted_args(key)[0]) :] == [
         *admin.restricted_args(key),
-        "--http-address=127.0.0.1",  # TRITON_ARGS still split on spaces, last
-        "--log-verbose=1",
+        "--model-control-mode=explicit",
+        "--load-model=*",
+        "--model-config-name=onnxruntime",
+        "--log-verbose=1",  # TRITON_ARGS still split on spaces, last
         "env:unset",  # the steps do not inherit the key
     ]
+    assert key not in started.stderr
 
 
 @pytest.mark.parametrize("setting", [None, ""], ids=["unset", "empty"])
@@ -249,12 +263,12 @@ def test_without_a_key_the_admin_apis_close_behind_a_random_one(tmp_path, settin
     keys = []
     for _ in range(2):
         started = start_command(tmp_path, environment)
-        assert started.returncode == 0 and started.stderr == ""  # nothing printed: the key is told to no one
         arguments = started.stdout.splitlines()
         (http,) = [argument for argument in arguments if argument.startswith("--http-restricted-api=")]
         key = http.rsplit("=", 1)[1]
-        assert re.fullmatch(r"[0-9a-f]{64}", key), key  # 32 bytes of /dev/urandom
-        assert arguments[2:4] == list(admin.restricted_args(key))
+        assert re.fullmatch(r"[0-9a-f]{64}", key), key
+        assert key not in started.stderr  # told to no one
+        assert list(admin.restricted_args(key)) == [http, next(a for a in arguments if "grpc-restricted" in a)]
         keys.append(key)
     assert keys[0] != keys[1]
 

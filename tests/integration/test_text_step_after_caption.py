@@ -20,8 +20,8 @@ from helpers import APPLE, admin_client, post_photo
 from tritonclient.utils import InferenceServerException
 
 from food11_client import Food11Client
+from pipeline_src.ensemble_pruning import Step, produced, pruned_steps
 from pipeline_src.repository.loading import parse_config
-from pipeline_src.repository.pruning import Step, produced, pruned_steps
 from pipeline_src.repository.validate import validate_repository
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
@@ -169,7 +169,7 @@ def test_a_call_naming_only_the_new_outputs_gets_exactly_them(server):
 
 
 def single_output_calls(repository, ensemble: str) -> dict[str, bool]:
-    """Each output of ``ensemble``, and whether pipeline_src.repository.pruning says Triton starves a call
+    """Each output of ``ensemble``, and whether pipeline_src.ensemble_pruning says Triton starves a call
     naming only it."""
     config = parse_config(repository / ensemble / "config.pbtxt")
     steps = [

@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.ensemble_pruning import Step, produced, pruned_steps, starved_calls
 from pipeline_src.repository.loading import parse_config
-from pipeline_src.repository.pruning import Step, produced, pruned_steps, starved_calls
 
 CORE = ["LABEL", "PROBABILITY", "CAPTION", "CAPTION_STATUS", "MODELS"]
 

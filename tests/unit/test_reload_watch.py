@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline_src.serving.model_control import EXPLICIT_MODEL_CONTROL, chosen_model_control, model_control_args
 from pipeline_src.serving.reload import (
     DEFAULT_PACKAGES,
     ChangeWatch,
@@ -19,7 +20,7 @@ from pipeline_src.serving.reload import (
     mark_modified,
     needs_forced_reload,
 )
-from pipeline_src.serving.serve import EXPLICIT_MODEL_CONTROL, chosen_model_control, model_control_args, parse_args
+from pipeline_src.serving.serve import parse_args
 
 ENSEMBLE_CONFIG = 'name: "pipeline"\nplatform: "ensemble"\n'
 

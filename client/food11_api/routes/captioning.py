@@ -15,6 +15,7 @@ from food11_api.errors import ERROR_RESPONSES
 from food11_api.metrics import ModelAnswers
 from food11_api.schemas import CaptionResponse, ClassifyResponse, PredictRequest, PredictResponse, ServedModelInfo
 from food11_client import AsyncFood11Client, CaptionResult
+from pipeline_src.contract import CLASSIFY_OUTPUTS
 
 router = APIRouter(tags=["caption"], responses=ERROR_RESPONSES)
 
@@ -111,3 +112,10 @@ def _answer_fields(result: CaptionResult) -> dict[str, Any]:
 
 # The requests that cost model time: the adaptive in-flight limit (AdmissionMiddleware) counts these.
 CAPTIONING_PATHS = frozenset(route.path for route in router.routes if isinstance(route, APIRoute))
+# The outputs each asks the ensemble for (None: every output it declares, as caption() does): the models it
+# needs follow from them (ensemble_graph.py), for refusing it at once while one is not ready and /readyz?route=.
+REQUESTED_OUTPUTS: dict[str, tuple[str, ...] | None] = {
+    "/caption": None,
+    "/predict": None,
+    "/classify": CLASSIFY_OUTPUTS,
+}

@@ -1,16 +1,23 @@
-"""GET /healthz (the process) and /readyz (Triton and the ensemble): the probes, open without a caller key."""
+"""GET /healthz (the process) and /readyz (Triton, the ensemble and every model it is built from): the probes,
+open without a caller key."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from food11_api.dependencies import Client, Settings
-from food11_api.errors import TRITON_DOWN, error_body
+from food11_api.dependencies import Settings
+from food11_api.errors import NOT_READY, error_body
+from food11_api.routes.captioning import REQUESTED_OUTPUTS
 from food11_api.schemas import Health
 
 router = APIRouter(tags=["health"])
+
+# The routes /readyz?route= answers for (tests/unit/test_step_health.py holds it to REQUESTED_OUTPUTS).
+ProbedRoute = Literal["/caption", "/predict", "/classify"]
 
 
 @router.get("/healthz", response_model=Health, summary="The API process is alive")
@@ -18,12 +25,29 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses=TRITON_DOWN, summary="Triton is up and the ensemble is ready")
-async def readyz(request: Request, client: Client, settings: Settings) -> Health | JSONResponse:
-    if await client.is_ready():
+@router.get(
+    "/readyz",
+    response_model=Health,
+    responses=NOT_READY,
+    summary="Triton is up, and the ensemble and every model it is built from are ready",
+    description="From the API's last look at Triton (about once a second; FOOD11_API_STEP_HEALTH_INTERVAL_S): "
+    "503 names each model that is not ready. With `route`, only the models that route needs: "
+    "`/readyz?route=/classify` is 200 while the captioner is down.",
+)
+async def readyz(
+    request: Request,
+    settings: Settings,
+    route: Annotated[
+        ProbedRoute | None,
+        Query(description="only the models this route needs (its outputs' steps and their BLS callees)"),
+    ] = None,
+) -> Health | JSONResponse:
+    readiness = await request.app.state.step_health.current()
+    why = readiness.why_not_ready(settings.triton_url, None if route is None else REQUESTED_OUTPUTS[route])
+    if why is None:
         return Health(status="ok")
     # Answered, not raised: a probe polls this while Triton is down, and that is no error to log.
-    return error_body(request, 503, f"ensemble {settings.model_name} not ready at {settings.triton_url}")
+    return error_body(request, 503, why)
 
 
 # The probes: a caller key never gates them (an orchestrator's probe has none).

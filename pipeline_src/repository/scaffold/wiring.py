@@ -20,7 +20,7 @@ def ensemble_tensors(repository: Path) -> list[tuple[str, str, str, str]]:
     """What a new step's input can be wired to in each ensemble of ``repository``: (ensemble, tensor, where it
     comes from, its type and dims as ``TYPE_FP32 [3, 384, 384]``). Never an ensemble output: Triton leaves out a
     step from a call that names none of the ensemble outputs it maps, even when another step reads one
-    (pipeline_src/repository/pruning.py). An output of a step that its ensemble does not map yet is offered
+    (pipeline_src/ensemble_pruning.py). An output of a step that its ensemble does not map yet is offered
     with the output_map line that maps it."""
     configs = {}
     for path in sorted(repository.glob("*/config.pbtxt")):

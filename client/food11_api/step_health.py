@@ -1,0 +1,217 @@
+"""Whether the models the API's calls need are ready in Triton: a monitor that looks about once a second,
+and what ``/readyz`` and admission read from its last look.
+
+Triton 2.51 keeps a Python step READY when its stub process dies; a watchdog beside Triton heals such a
+step by unloading and loading it, and while it is unloaded Triton says it is not ready. Unloading an
+ensemble step unloads every ensemble that has it until the step is loaded again (measured on 2.51: then even
+a classify-only call gets NOT_FOUND); unloading the captioner, a BLS callee, leaves the ensemble READY, and
+each caption comes back empty with ``captioner_error``. The monitor asks Triton's open health API
+(``is_model_ready``) about every model the ensemble is built from (ensemble_graph.py: its steps from its
+config, the models they call by BLS from theirs); the repository index, which has each model's state and
+reason, is an admin API the API has no key for. Not the manifests ``GET /models`` reads: they do not say which
+step calls a model, and they come from an inference call, which a deadline or a shutdown would cancel (a
+cancelled inference can crash Triton 2.51: food11_client/cancellation.py); the monitor makes no inference
+call and cancels none of its calls. ``/readyz`` is 503
+naming what is not ready; a request whose route needs a model that is not ready is refused at once
+(StepHealthMiddleware) rather than failed or answered without its caption, while a route that needs only
+ready models (``/classify`` while the captioner heals) is still admitted. A change is seen within one
+interval (each way). Triton unreachable is no model's state: requests go on to fail at once as before (503).
+
+The graph is read again when it was incomplete, every ``rediscover_s``, and whenever the ensemble comes
+back ready (a reload may have changed it)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from food11_api.ensemble_graph import EnsembleGraph, bls_callees, output_names, steps_of
+from food11_client import AsyncFood11Client, PipelineError
+from food11_client.errors import DEADLINE_EXCEEDED
+
+log = logging.getLogger("food11_api")
+
+NOT_READY = "not ready in Triton"
+UNREACHABLE_STATUSES = {"StatusCode.UNAVAILABLE", DEADLINE_EXCEEDED}
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """One look: ``at`` (time.monotonic), whether Triton answered (else ``error`` says why), and each model of
+    ``graph`` that is not ready, with why."""
+
+    at: float
+    graph: EnsembleGraph
+    reachable: bool = True
+    error: str = ""
+    not_ready: Mapping[str, str] = field(default_factory=dict)
+
+    def down(self, requested: Iterable[str] | None = None) -> list[str]:
+        """The models that a call naming ``requested`` outputs (None: all) needs and that are not ready; none
+        when Triton did not answer (that is not a model's state). Triton unloads an ensemble with any of its
+        steps, whether the call would run that step or not: an ensemble not ready comes after its steps that are
+        not (a classify-only call cannot be answered without the vision encoder, and its refusal says so)."""
+        if not self.reachable:
+            return []
+        down = [model for model in self.graph.needed(requested) if model in self.not_ready]
+        if self.graph.ensemble in down:
+            steps = [step.model for step in self.graph.steps if step.model in self.not_ready]
+            down = list(dict.fromkeys([*down[:-1], *steps, *down[-1:]]))  # the ensemble is needed() last
+        return down
+
+    def why_not_ready(self, triton_url: str, requested: Iterable[str] | None = None) -> str | None:
+        """``/readyz``'s 503 detail, or None when ready."""
+        if not self.reachable:
+            return f"ensemble {self.graph.ensemble} not ready at {triton_url}: Triton not reachable ({self.error})"
+        down = self.down(requested)
+        if not down:
+            return None
+        return "not ready: " + ", ".join(f"{model} ({self.not_ready[model]})" for model in down)
+
+
+def refusal_detail(models: list[str]) -> str:
+    """The 503 detail of a request refused because ``models`` it needs are not ready."""
+    names = models[0] if len(models) == 1 else ", ".join(models[:-1]) + " and " + models[-1]
+    return f"{names} {'is' if len(models) == 1 else 'are'} not ready (healing or down): retry later"
+
+
+class StepHealth:
+    """The monitor of one API process: ``start(client)`` in the lifespan, ``stop()`` at shutdown.
+
+    ``interval_s``: between looks. A look older than ``stale_after_s`` is not trusted: admission then lets
+    requests through (as before this monitor), ``/readyz`` looks itself."""
+
+    def __init__(self, ensemble: str, interval_s: float = 1.0, rediscover_s: float = 30.0):
+        self.ensemble = ensemble
+        self.interval_s = interval_s
+        self.rediscover_s = rediscover_s
+        self.timeout_s = max(2.0, 2 * interval_s)  # one gRPC call of a look
+        self.stale_after_s = self.timeout_s + 5 * interval_s
+        self.last: Readiness | None = None
+        self._client: AsyncFood11Client | None = None
+        self._task: asyncio.Task | None = None
+        self._lock = asyncio.Lock()
+        self._graph: EnsembleGraph | None = None
+        self._read_at = 0.0
+        self._callees: dict[str, tuple[str, ...]] = {}  # by step, the last read (a step unloaded keeps its own)
+        self._down_since: dict[str, float] = {}
+        self._stopping = asyncio.Event()
+
+    def start(self, client: AsyncFood11Client) -> None:
+        self._client = client
+        self._stopping.clear()
+        self._task = asyncio.create_task(self._run(), name="step-health")
+
+    async def stop(self) -> None:
+        """After the look under way, if any (at most ``timeout_s`` a call): its calls are let finish."""
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+
+    def fresh(self) -> Readiness | None:
+        """The last look, unless it is too old to trust (or there was none)."""
+        last = self.last
+        if last is None or time.monotonic() - last.at > self.stale_after_s:
+            return None
+        return last
+
+    async def current(self) -> Readiness:
+        """The last look if fresh, else a look now (``/readyz`` before the monitor's first look)."""
+        return self.fresh() or await self.refresh()
+
+    def down(self, requested: Iterable[str] | None = None) -> list[str]:
+        """What admission refuses a route for: the models it needs that the last fresh look found not ready."""
+        last = self.fresh()
+        return [] if last is None else last.down(requested)
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self.refresh()
+            except Exception:  # a defect here must not end the monitor: its looks would go stale
+                log.exception("step health: the look at Triton failed")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.interval_s)
+
+    async def refresh(self) -> Readiness:
+        """Look now: the graph (when due), then every model of it. Concurrent callers share one look."""
+        if self._client is None:
+            raise RuntimeError("StepHealth.start(client) was not called")
+        async with self._lock:
+            if (last := self.last) is not None and time.monotonic() - last.at < self.interval_s / 4:
+                return last  # a look that finished while this caller waited for the lock
+            graph = await self._graph_due(self._client)
+            readiness = await self._look(self._client, graph)
+            self._log_changes(readiness)
+            self.last = readiness
+            return readiness
+
+    async def _graph_due(self, client: AsyncFood11Client) -> EnsembleGraph:
+        graph = self._graph
+        # While the ensemble is not ready its config cannot be read; once it is back, a reload may have changed it.
+        ensemble_was_down = self.last is not None and self.ensemble in self.last.not_ready
+        due = graph is None or not graph.complete or time.monotonic() - self._read_at > self.rediscover_s
+        if due or ensemble_was_down:
+            graph = self._graph = await self._read_graph(client)
+            self._read_at = time.monotonic()
+        assert graph is not None
+        return graph
+
+    async def _read_graph(self, client: AsyncFood11Client) -> EnsembleGraph:
+        try:
+            config = await client.model_config(self.ensemble, self.timeout_s)
+        except PipelineError:  # unloaded (or Triton away): what was read before, else the ensemble alone
+            return EnsembleGraph.alone(self.ensemble) if self._graph is None else self._graph
+        steps = steps_of(config)
+        callers = list(dict.fromkeys(step.model for step in steps)) or [self.ensemble]  # no ensemble: itself
+        asked = [name for name in callers if name != self.ensemble]
+        answers = await asyncio.gather(
+            *(client.model_config(name, self.timeout_s) for name in asked), return_exceptions=True
+        )
+        read: dict[str, dict | BaseException] = {self.ensemble: config, **dict(zip(asked, answers))}
+        complete = True
+        for name in callers:
+            answer = read[name]
+            if isinstance(answer, BaseException):  # an unloaded step: its callees as last read
+                complete = False
+                continue
+            self._callees[name] = bls_callees(answer)
+        callees = {name: self._callees[name] for name in callers if name in self._callees}
+        return EnsembleGraph(self.ensemble, output_names(config), steps, callees, complete)
+
+    async def _look(self, client: AsyncFood11Client, graph: EnsembleGraph) -> Readiness:
+        models = graph.models
+        answers = await asyncio.gather(
+            *(client.model_ready(name, self.timeout_s) for name in models), return_exceptions=True
+        )
+        not_ready: dict[str, str] = {}
+        for name, answer in zip(models, answers):
+            if isinstance(answer, PipelineError) and (answer.status in UNREACHABLE_STATUSES or answer.status is None):
+                return Readiness(time.monotonic(), graph, reachable=False, error=str(answer))
+            if isinstance(answer, PipelineError):  # Triton answered, with an error (an unknown model is not one)
+                not_ready[name] = f"{NOT_READY}: {answer}"
+            elif isinstance(answer, BaseException):
+                raise answer
+            elif not answer:  # unloaded, loading, failed to load, or unknown: only the admin index tells which
+                not_ready[name] = NOT_READY
+        return Readiness(time.monotonic(), graph, not_ready=not_ready)
+
+    def _log_changes(self, now: Readiness) -> None:
+        before = self.last
+        if not now.reachable and (before is None or before.reachable):
+            log.warning("step health: Triton not reachable: %s", now.error)
+        elif now.reachable and before is not None and not before.reachable:
+            log.info("step health: Triton answers again")
+        if not now.reachable:
+            return
+        for model, why in now.not_ready.items():
+            if model not in self._down_since:
+                self._down_since[model] = now.at
+                log.warning("step health: %s is %s", model, why)
+        for model in [m for m in self._down_since if m not in now.not_ready]:
+            log.info("step health: %s is ready again, after %.1f s", model, now.at - self._down_since.pop(model))
