@@ -8,6 +8,9 @@
 # make overload: offered load 1x to 10x capacity through the API on this machine, a slower one (a cgroup CPU
 #             quota: run as root) and a faster one (the tiny stand-in), and a 10x-1x-10x step; figures in
 #             benchmarks/results/overload.md (OVERLOAD_ARGS, e.g. --machines this; about 35 minutes).
+# make chaos: scripts/serve.py under load while stubs, tritonserver and the API are killed, a stub stopped and gRPC
+#             calls cancelled in flight: every fault healed in time, no wrong or lost answer; figures in
+#             benchmarks/results/chaos.md (CHAOS_ARGS, e.g. --repository, --rounds, --kinds).
 # make audit: pip-audit of the installed, pinned set against PyPI's advisory data (needs pypi.org); fails
 #             when a package cannot be audited.
 # make container-check: both images built from Dockerfile.triton and Dockerfile.api on stand-in bases (NVIDIA's
@@ -29,6 +32,7 @@ BUILD_ARGS ?=
 BENCH_ARGS ?=
 SOAK_ARGS ?=
 OVERLOAD_ARGS ?=
+CHAOS_ARGS ?=
 # Bind address of Triton (HTTP, gRPC, metrics) and the API: this machine only unless set (0.0.0.0: the network).
 HOST ?= 127.0.0.1
 HTTP_PORT ?= 8000
@@ -38,7 +42,7 @@ API_PORT ?= 8080
 
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 
-.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test bench bench-captioner bench-gpu audit-offline container-check bench-cancellation bench-warm-start bench-memory soak overload audit clean
+.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test bench bench-captioner bench-gpu audit-offline container-check bench-cancellation bench-warm-start bench-memory soak overload chaos audit clean
 
 # pip as `python -m venv` bundles it has known advisories: upgraded as the virtualenv is made.
 PIP_VERSION := 26.1.2
@@ -159,6 +163,11 @@ soak: install
 # admitted-then-failed, latency, the adaptive limit and how fast it settles; benchmarks/results/overload.md.
 overload: models
 	$(BIN)/python -m benchmarks.overload $(OVERLOAD_ARGS)
+
+# Faults injected into a running scripts/serve.py (the base stand-in unless --repository) under load through the API;
+# per fault kind time to detect and recover, failed, wrong and unanswered requests; benchmarks/results/chaos.md.
+chaos: install models
+	$(BIN)/python -m benchmarks.chaos $(CHAOS_ARGS)
 
 audit: install
 	$(BIN)/python -m pip install --quiet -e ".[audit]"

@@ -58,5 +58,10 @@ QUEUE_TIMED_OUT = "Request timeout expired"  # waited past the request's timeout
 QUEUE_REFUSALS = ("Exceeds maximum queue size", QUEUE_TIMED_OUT)
 
 
+# What Triton answers for a request to a Python step whose stub process died or stopped (python_backend's
+# stub_launcher.cc): the step is being healed, not the request at fault.
+STUB_DEAD = "is not healthy"
+
+
 def refused_under_load(message: str) -> bool:
     return any(refusal in message for refusal in QUEUE_REFUSALS)

@@ -19,6 +19,7 @@ from food11_client import (
     OverloadedError,
     PipelineError,
     ServerUnavailableError,
+    StepUnavailableError,
 )
 
 log = logging.getLogger("food11_api")
@@ -89,6 +90,22 @@ async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
             exc,
         )
         return over_capacity_response(str(exc), request.state.request_id, retry_after)
+    if isinstance(exc, StepUnavailableError):  # a step's process died: the server's watchdog is healing it
+        request.app.state.refusals.count("step_down")
+        retry_after = request.app.state.settings.step_down_retry_after_s
+        log.warning(
+            "request %s: %s %s -> 503 (a step is healing): %s",
+            request.state.request_id,
+            request.method,
+            request.url.path,
+            exc,
+        )
+        return error_response(
+            503,
+            f"{exc}: the step is being restarted, retry later",
+            request.state.request_id,
+            **{"Retry-After": str(retry_after)},
+        )
     if isinstance(exc, DeadlineExceededError) and exc.still_running is not None:
         request.state.still_running = exc.still_running  # admission holds the request's place until it ends
     log_call = log.warning if status < 500 else log.error

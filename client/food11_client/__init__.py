@@ -8,6 +8,7 @@ from food11_client.errors import (
     OverloadedError,
     PipelineError,
     ServerUnavailableError,
+    StepUnavailableError,
 )
 from food11_client.results import CaptionResult, Classification, OutputSpec, ServedModel
 from food11_client.sync_client import Food11Client
@@ -25,4 +26,5 @@ __all__ = [
     "PipelineError",
     "ServedModel",
     "ServerUnavailableError",
+    "StepUnavailableError",
 ]

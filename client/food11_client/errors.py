@@ -46,6 +46,11 @@ class OverloadedError(ServerUnavailableError):
     queue timeout): the server is over capacity. Retry later (``RETRY_AFTER_S``), or elsewhere."""
 
 
+class StepUnavailableError(ServerUnavailableError):
+    """A step's process died (Triton: "Stub process '<instance>' is not healthy"): the server's watchdog heals it
+    in seconds (pipeline_src/serving/watchdog.py). Retry later."""
+
+
 _ERRORS_BY_STATUS = {
     "StatusCode.INVALID_ARGUMENT": InvalidImageError,
     "StatusCode.UNAVAILABLE": ServerUnavailableError,
@@ -64,6 +69,8 @@ def translate(exc: InferenceServerException, deadline_spent: bool = False) -> Pi
         if deadline_spent and contract.QUEUE_TIMED_OUT in message:
             return DeadlineExceededError(f"no answer within the deadline: {message}", DEADLINE_EXCEEDED)
         return OverloadedError(message, status)
+    if contract.STUB_DEAD in message:
+        return StepUnavailableError(message, status)
     return _ERRORS_BY_STATUS.get(status, PipelineError)(message, status)
 
 

@@ -101,14 +101,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--restart-limit",
         type=int,
         default=5,
-        help="restarts of tritonserver (and of the API) within 10 minutes before a crash loop ends this "
+        help="restarts of tritonserver (and of the API) within 2 minutes before a crash loop ends this "
         "(default: %(default)s)",
     )
     parser.add_argument(
         "--heal-limit",
         type=int,
         default=3,
-        help="heals of one step whose stub died within 10 minutes before its next death ends this "
+        help="heals of one step whose stub died within 2 minutes before its next death ends this "
         "(default: %(default)s)",
     )
     parser.add_argument("extra", nargs="*", help="more tritonserver flags, after --")

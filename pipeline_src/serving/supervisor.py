@@ -58,11 +58,11 @@ def exit_cause(returncode: int | None) -> str:
 
 @dataclass
 class RestartBudget:
-    """At most ``limit`` restarts of one server within ``window_s``."""
+    """At most ``limit`` restarts of one server within ``window_s``: a crash loop is deaths in quick succession."""
 
     what: str
     limit: int = 5
-    window_s: float = 600.0
+    window_s: float = 120.0
     now: Callable[[], float] = time.monotonic
     restarts: list[float] = field(default_factory=list)
 

@@ -7,13 +7,17 @@ on unload, and the model and the ensembles using it turn unready, so every probe
 it again: new stubs, and the ensembles come back with it. A load runs in a thread of its own, so the loop
 goes on watching the other steps and the servers meanwhile.
 
-Repeated deaths back off (``backoff_s``: the wait before each load) and are counted: the ``max_heals``-th
-death of one model within ``window_s`` is not healed but reported as needing a person (``NeedsAPerson``),
-never a restart loop that hides a crash; the model stays unloaded, so readiness says so.
+A stopped stub is killed first: under load Triton's unload waits for it forever. Deaths in quick succession
+back off (``backoff_s``: the wait before each load) and are counted: a model dying more than ``max_heals``
+times within ``window_s`` is not healed but reported as needing a person (``NeedsAPerson``), never a restart
+loop that hides a crash; the model stays unloaded, so readiness says so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,6 +27,11 @@ from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.stubs import Stub, stubs_of
 
 Report = Callable[[str], None]
+
+
+def kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
 
 
 class NeedsAPerson(Exception):
@@ -43,9 +52,11 @@ class StubWatchdog:
     server_pid: Callable[[], int]
     triton: TritonRepositoryApi
     report: Report
+    # A crash loop is deaths in quick succession (a step that dies again soon after each heal), not independent
+    # faults minutes apart: more than max_heals deaths of one model within window_s.
     max_heals: int = 3
-    window_s: float = 600.0
-    backoff_s: tuple[float, ...] = (0.0, 5.0, 30.0)  # before the 1st, 2nd, 3rd, ... load within the window
+    window_s: float = 120.0
+    backoff_s: tuple[float, ...] = (0.0, 5.0, 15.0)  # before the 1st, 2nd, 3rd, ... load within the window
     now: Callable[[], float] = time.monotonic
     expected: dict[str, set[str]] = field(default_factory=dict)  # model -> its instances' names, when healthy
     deaths: dict[str, list[float]] = field(default_factory=dict)  # model -> when each death was seen
@@ -77,6 +88,9 @@ class StubWatchdog:
                 if not s.alive
             ]
             if gone or stopped:
+                for stub in present.values():
+                    if not stub.alive:
+                        kill(stub.pid)  # Triton's unload waits on a stopped stub that has work; a dead one it skips
                 self._start_heal(model, "; ".join(gone + sorted(stopped)))
         for heal in list(self.healing.values()):
             self._advance(heal)

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""``make chaos``: faults injected into a running ``scripts/serve.py`` under load; does it heal itself?
+
+Starts scripts/serve.py (its supervisor and stub watchdog, ``--no-reload``) on free loopback ports, takes each
+photo's answer alone (straight to Triton), then sends uploads through the API without pause at
+``--concurrency`` (each with a client deadline, every answer checked against its own photo's) while faults are
+injected one after another in a seeded random order, at least ``--rounds`` of each kind: SIGKILL of one stub of
+each step (each step its own kind), SIGKILL of tritonserver, SIGKILL of the API, SIGSTOP of a stub for 20 s
+then SIGCONT, and a burst of gRPC calls straight to Triton cancelled in flight (which can crash Triton 2.51).
+After each fault it waits for recovery (serve.py's line that it healed the fault, then a correct answer to a
+request sent after it; at most ``--cap`` s) and a quiet ``--gap``.
+
+Per fault kind: time to detect (to serve.py's line saying it saw it), time to recover, requests failed by
+status, answered wrongly, unanswered, and whether serve.py still runs at the end; it is then stopped with
+SIGINT and no process of it may be left. Exit status 1 unless: 0 wrong, 0 unanswered, every fault recovered
+within its limit (30 s for a stub, tritonserver's measured restart + 30 s, 10 s for the API), serve.py
+running at the end and stopping cleanly. Figures: benchmarks/results/chaos.{md,json}.
+
+The API's in-flight limit is pinned to the concurrency (FOOD11_API_MIN/MAX_IN_FLIGHT, as ``make soak`` does):
+a refusal for capacity would be counted as a fault's failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.lib.chaos_faults import KINDS, Burst, Injection, await_recovery, inject
+from benchmarks.lib.chaos_load import OK, UNANSWERED, WRONG, Load
+from benchmarks.lib.chaos_report import fault_figures, in_window, kind_summary, markdown
+from benchmarks.lib.chaos_serve import ECHOED, Served
+from benchmarks.lib.photos import varied_photos
+from benchmarks.lib.results import RESULTS_DIR, parse_benchmark_args, portable_path, write_results
+from benchmarks.lib.soak import ground_truth
+from pipeline_src import PROJECT_ROOT
+
+SCRATCH = PROJECT_ROOT / "build" / "chaos"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository")
+    parser.add_argument("--rounds", type=int, default=3, help="faults of each kind (default: %(default)s)")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), metavar="KIND", help=", ".join(KINDS))
+    parser.add_argument("--concurrency", type=int, default=3)
+    parser.add_argument("--photos", type=int, default=12)
+    parser.add_argument(
+        "--deadline", type=float, default=75.0, help="client deadline, s: the API's own (60 s) and time for its 504"
+    )
+    parser.add_argument("--retry-pause", type=float, default=0.5, help="a worker's pause after a request failed")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup", type=float, default=10.0, help="seconds of load before the first fault")
+    parser.add_argument("--gap", type=float, default=3.0, help="quiet seconds after a recovery")
+    parser.add_argument("--cap", type=float, default=300.0, help="the longest wait for one fault's recovery, s")
+    parser.add_argument("--burst-calls", type=int, default=20)
+    parser.add_argument("--burst-timeout-ms", type=float, default=50.0)
+    parser.add_argument(
+        "--serve-arg", action="append", default=[], metavar="ARG", help="one more serve.py option (--serve-arg=--x=1)"
+    )
+    parser.add_argument("--ready-timeout", type=float, default=600.0, help="for serve.py's start, s")
+    parser.add_argument("--scratch", type=Path, default=SCRATCH, help="serve.py's work dir and Triton's log")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--name", default="chaos", help="result file names")
+    return parse_benchmark_args(parser, argv)
+
+
+def schedule(kinds: list[str], rounds: int, rng: random.Random) -> list[tuple[str, int]]:
+    """Every kind once a round, each round in a random order: (kind, its round number). A kind's faults are a
+    round apart: independent faults, as in production, not the deaths in quick succession that the watchdog
+    and the supervisor take for a crash loop."""
+    order = []
+    for round_ in range(1, rounds + 1):
+        this_round = list(kinds)
+        rng.shuffle(this_round)
+        order += [(kind, round_) for kind in this_round]
+    return order
+
+
+async def run_faults(args, served: Served, photos: list[bytes]) -> tuple[Load, list[Injection], float, float]:
+    rng = random.Random(args.seed)
+    truth = await ground_truth(served.grpc_url, photos)
+    load = Load(served.api_url, photos, truth, args.concurrency, args.deadline, args.retry_pause)
+    load_started = time.monotonic()
+    running = asyncio.create_task(load.run())
+    injections: list[Injection] = []
+    try:
+        await asyncio.sleep(args.warmup)
+        while load.correct_since(load_started) is None and time.monotonic() < load_started + args.cap:
+            await asyncio.sleep(0.5)
+        burst = Burst(args.burst_calls, args.burst_timeout_ms / 1000)
+        for kind, round_ in schedule(args.kinds, args.rounds, rng):
+            if served.ending:
+                print(f"chaos: no more faults: {served.ending}", flush=True)
+                break
+            print(f"chaos: {kind}, round {round_}", flush=True)
+            injection = await inject(kind, round_, served, rng, photos[0], burst)
+            injections.append(injection)
+            if injection.skipped:
+                print(f"chaos: skipped: {injection.skipped}", flush=True)
+                continue
+            await await_recovery(injection, served, load, args.cap, args.gap)
+    finally:
+        load.stop()
+        await running
+        for injection in injections:
+            if injection.resume is not None:
+                await injection.resume
+    return load, injections, load_started, time.monotonic()
+
+
+def summarize(args, load: Load, injections: list[Injection], started: float, ended: float) -> dict:
+    outcomes = load.outcomes
+    injected = [injection for injection in injections if not injection.skipped]
+    ends = {id(i): end for i, end in zip(injected, [i.at for i in injected[1:]] + [ended + args.deadline])}
+    faults = [
+        fault_figures(i, in_window(outcomes, i.at, ends[id(i)]) if id(i) in ends else [], started) for i in injections
+    ]
+    before = in_window(outcomes, 0.0, injected[0].at if injected else ended + args.deadline)
+    kinds = [kind_summary(kind, [f for f in faults if f["kind"] == kind]) for kind in args.kinds]
+    verdicts = [o.verdict for o in outcomes]
+    return {
+        "repository": portable_path(args.repository.resolve()),
+        "serve_args": ["--no-reload", *args.serve_arg],
+        "concurrency": args.concurrency,
+        "photos": args.photos,
+        "deadline_s": args.deadline,
+        "retry_pause_s": args.retry_pause,
+        "seed": args.seed,
+        "rounds": args.rounds,
+        "gap_s": args.gap,
+        "requests": len(outcomes),
+        "answered_correctly": verdicts.count(OK),
+        "wrong": verdicts.count(WRONG),
+        "unanswered": verdicts.count(UNANSWERED),
+        "failed": len(outcomes) - verdicts.count(OK) - verdicts.count(WRONG) - verdicts.count(UNANSWERED),
+        "not_correct_before_first_fault": sum(o.verdict != OK for o in before),
+        "wall_s": ended - started,
+        "faults": faults,
+        "kinds": kinds,
+        "examples": [f"{o.request_id}: {o.verdict} {o.failure} {o.detail}" for o in outcomes if o.verdict != OK][:20],
+    }
+
+
+def add_checks(result: dict, scheduled: int, stopped) -> None:
+    faults = result["faults"]
+    injected = sum(not f["skipped"] for f in faults)
+    recovered = sum(f["recovered"] for f in faults)
+    checks = [
+        ("answered wrongly (another photo's answer)", 0, result["wrong"]),
+        ("unanswered within the client deadline", 0, result["unanswered"]),
+        ("not answered correctly before the first fault", 0, result["not_correct_before_first_fault"]),
+        ("faults injected", scheduled, injected),
+        ("faults recovered within their limit", injected, recovered),
+        ("serve.py running at the end", True, stopped.was_running),
+        ("serve.py's exit status after SIGINT", 0, stopped.exit_code),
+        ("processes left over", 0, len(stopped.leftovers)),
+    ]
+    result["checks"] = [{"check": name, "goal": goal, "value": value} for name, goal, value in checks]
+    result["failures"] = [f"{name}: {value} (goal {goal})" for name, goal, value in checks if value != goal]
+    result["failures"] += [
+        f"{f['kind']} round {f['round']}: recovered in {f['recovery_s']} s, limit {f['limit_s']} s"
+        for f in faults
+        if not f["recovered"] and not f["skipped"]
+    ]
+    result["passed"] = not result["failures"]
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    photos = varied_photos(args.photos)
+    env = dict(
+        os.environ, FOOD11_API_MIN_IN_FLIGHT=str(args.concurrency), FOOD11_API_MAX_IN_FLIGHT=str(args.concurrency)
+    )
+    served = Served(args.repository.resolve(), args.scratch.resolve(), ["--no-reload", *args.serve_arg], env)
+    started = served.started
+    try:
+        served.wait_until_serving(args.ready_timeout)
+        print(f"chaos: serve.py is serving ({served.api_url}); {args.rounds} round(s) of {len(args.kinds)} kinds")
+        load, injections, _, ended = asyncio.run(run_faults(args, served, photos))
+    finally:
+        stopped = served.stop()
+    result = summarize(args, load, injections, started, ended)
+    result["serve_lines"] = [
+        {"at_s": line.at - started, "text": line.text} for line in served.lines if line.text.startswith(ECHOED)
+    ]
+    result |= {"serve_exit_code": stopped.exit_code, "serve_running_at_end": stopped.was_running}
+    result["leftovers"] = stopped.leftovers
+    add_checks(result, args.rounds * len(args.kinds), stopped)
+    print(write_results(args.name, result, markdown(result), directory=args.output_dir).read_text())
+    sys.exit(0 if result["passed"] else 1)
+
+
+if __name__ == "__main__":
+    main()
