@@ -39,6 +39,11 @@ from pipeline_src.serving.supervisor import CrashLoop, RestartBudget, Supervisor
 from pipeline_src.serving.watchdog import NeedsAPerson, StubWatchdog
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal was closed
+STOPPED_STUB_NOTE = (
+    "note: tritonserver waited out its exit timeout and exited 1: tritonserver 2.51 never finishes unloading a "
+    "model version whose stub was stopped with work in flight (its heal loaded a new version, which served); the "
+    "old one counts as live until the server exits"
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -101,14 +106,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--restart-limit",
         type=int,
         default=5,
-        help="restarts of tritonserver (and of the API) within 2 minutes before a crash loop ends this "
+        help="restarts in a row of tritonserver (and of the API), each within a minute of the last, before a crash "
+        "loop ends this "
         "(default: %(default)s)",
     )
     parser.add_argument(
         "--heal-limit",
         type=int,
         default=3,
-        help="heals of one step whose stub died within 2 minutes before its next death ends this "
+        help="heals in a row of one step whose stub died, each within a minute of the last, before its next death "
+        "ends this "
         "(default: %(default)s)",
     )
     parser.add_argument("extra", nargs="*", help="more tritonserver flags, after --")
@@ -258,6 +265,9 @@ def main(argv=None) -> None:
             api = supervisor.api  # the one running now, if the first was restarted
             supervisor.watchdog.close()
         codes = [api.stop() if api else 0, server.stop() if server else 0]
+        if codes[1] and supervisor is not None and supervisor.watchdog.stopped_stubs_killed:
+            healed = supervisor.watchdog.stopped_stubs_killed
+            print(f"{STOPPED_STUB_NOTE} ({healed} stopped stub(s) healed while serving)", flush=True)
     sys.exit(0 if stopped and not any(codes) else 1)
 
 

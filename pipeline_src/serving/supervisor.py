@@ -1,10 +1,10 @@
 """Keep the servers serving: ``make serve``'s loop, and the Triton container's.
 
-Once a second: a tritonserver that died is started again (its cause logged: the signal or exit status and
-the last lines of its log), as is an API that died; the other keeps serving what it can meanwhile (the API
-answers 503 naming Triton while Triton is down). A step whose stub died or stopped is healed by the
-``StubWatchdog``; a step whose files changed is reloaded by the ``StepReloader``. More than ``RestartBudget``
-allows in its window is a crash loop: ``CrashLoop`` ends the loop with the reason, as ``NeedsAPerson`` does
+Once a second: a tritonserver that died is started again (its cause logged: the signal or exit status), as is
+an API that died; the other keeps serving what it can meanwhile (the API answers 503 naming Triton while Triton
+is down). A step whose stub died or stopped is healed by the ``StubWatchdog``; a step whose files changed is
+reloaded by the ``StepReloader``. More restarts in a row than ``RestartBudget`` allows, each soon after the
+last (``crash_loop``), is a crash loop: ``CrashLoop`` ends the loop with the reason, as ``NeedsAPerson`` does
 for a step that keeps dying, so that a person (or the container's orchestrator, which then restarts the
 container) is told rather than the crash hidden.
 """
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pipeline_src.serving.api_process import ApiProcess
+from pipeline_src.serving.crash_loop import DeathStreak
 from pipeline_src.serving.errors import TritonStartError
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.stubs import zombie_children
@@ -58,24 +59,26 @@ def exit_cause(returncode: int | None) -> str:
 
 @dataclass
 class RestartBudget:
-    """At most ``limit`` restarts of one server within ``window_s``: a crash loop is deaths in quick succession."""
+    """Restarts of one server: more than ``limit`` in a row, each soon after the last (``DeathStreak``), is a
+    crash loop."""
 
     what: str
     limit: int = 5
-    window_s: float = 120.0
     now: Callable[[], float] = time.monotonic
-    restarts: list[float] = field(default_factory=list)
+    streak: DeathStreak = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.streak = DeathStreak(self.limit, now=self.now)
 
     def spend(self, cause: str) -> int:
-        """Count one restart (its number in the window); CrashLoop when over the limit."""
-        now = self.now()
-        self.restarts = [at for at in self.restarts if now - at < self.window_s] + [now]
-        if len(self.restarts) > self.limit:
-            raise CrashLoop(
-                f"{self.what} died {len(self.restarts)} times in {self.window_s:.0f} s (last: {cause}): "
-                "not restarting it again, it needs a person"
-            )
-        return len(self.restarts)
+        """Count one restart (its number in the streak); CrashLoop when over the limit."""
+        count = self.streak.died()
+        if self.streak.exceeded:
+            raise CrashLoop(f"{self.streak.describe(self.what, cause)}: not restarting it again, it needs a person")
+        return count
+
+    def came_back(self) -> None:
+        self.streak.came_back()
 
 
 @dataclass
@@ -119,8 +122,7 @@ class Supervisor:
             cause += " (its log ends: " + " | ".join(self.server.log_tail(2).splitlines())[-300:] + ")"
         count = self.triton_budget.spend(cause)
         self.report(
-            f"supervisor: tritonserver {cause}; restarting it ({count} of at most {self.triton_budget.limit} in "
-            f"{self.triton_budget.window_s:.0f} s)"
+            f"supervisor: tritonserver {cause}; restarting it ({count} in a row of at most {self.triton_budget.limit})"
         )
         self.server.stop()  # its process group: stubs it left behind die too
         started = time.monotonic()
@@ -130,16 +132,15 @@ class Supervisor:
             self.report(f"supervisor: tritonserver did not start again: {exc}")
             return  # the next step finds it not running: another restart, within the budget
         self.watchdog.baseline()
+        self.triton_budget.came_back()
         self.report(f"supervisor: tritonserver ready again in {time.monotonic() - started:.1f} s")
 
     def restart_api(self) -> None:
         assert self.api is not None and self.start_api is not None
         cause = exit_cause(self.api.process.poll())
         count = self.api_budget.spend(cause)
-        self.report(
-            f"supervisor: the API {cause}; restarting it ({count} of at most {self.api_budget.limit} in "
-            f"{self.api_budget.window_s:.0f} s)"
-        )
+        self.report(f"supervisor: the API {cause}; restarting it ({count} in a row of at most {self.api_budget.limit})")
         started = time.monotonic()
         self.api = self.start_api()
+        self.api_budget.came_back()
         self.report(f"supervisor: the API ready again in {time.monotonic() - started:.1f} s")

@@ -9,8 +9,8 @@ goes on watching the other steps and the servers meanwhile.
 
 A stopped stub is killed first: under load Triton's unload waits for it forever. Deaths in quick succession
 back off (``backoff_s``: the wait before each load) and are counted: a model dying more than ``max_heals``
-times within ``window_s`` is not healed but reported as needing a person (``NeedsAPerson``), never a restart
-loop that hides a crash; the model stays unloaded, so readiness says so.
+times in a row, each soon after its last heal (``crash_loop``), is not healed but reported as needing a person
+(``NeedsAPerson``), never a restart loop that hides a crash; the model stays unloaded, so readiness says so.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from pipeline_src.serving.crash_loop import DeathStreak
 from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.stubs import Stub, stubs_of
 
@@ -52,16 +53,15 @@ class StubWatchdog:
     server_pid: Callable[[], int]
     triton: TritonRepositoryApi
     report: Report
-    # A crash loop is deaths in quick succession (a step that dies again soon after each heal), not independent
-    # faults minutes apart: more than max_heals deaths of one model within window_s.
+    # A crash loop is more than max_heals deaths of one model in a row, each soon after its last heal (crash_loop).
     max_heals: int = 3
-    window_s: float = 120.0
-    backoff_s: tuple[float, ...] = (0.0, 5.0, 15.0)  # before the 1st, 2nd, 3rd, ... load within the window
+    backoff_s: tuple[float, ...] = (0.0, 5.0, 15.0)  # before the load after the 1st, 2nd, 3rd, ... death in a row
     now: Callable[[], float] = time.monotonic
     expected: dict[str, set[str]] = field(default_factory=dict)  # model -> its instances' names, when healthy
-    deaths: dict[str, list[float]] = field(default_factory=dict)  # model -> when each death was seen
+    streaks: dict[str, DeathStreak] = field(default_factory=dict)
     healing: dict[str, _Heal] = field(default_factory=dict)
     healed: list[tuple[str, float]] = field(default_factory=list)  # (model, seconds from detection to loaded)
+    stopped_stubs_killed: int = 0  # Triton 2.51 never finishes unloading their version (serve.py says so at exit)
     _loads: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=2))
 
     def baseline(self) -> None:
@@ -90,6 +90,7 @@ class StubWatchdog:
             if gone or stopped:
                 for stub in present.values():
                     if not stub.alive:
+                        self.stopped_stubs_killed += stub.state in "Tt"
                         kill(stub.pid)  # Triton's unload waits on a stopped stub that has work; a dead one it skips
                 self._start_heal(model, "; ".join(gone + sorted(stopped)))
         for heal in list(self.healing.values()):
@@ -97,20 +98,19 @@ class StubWatchdog:
 
     def _start_heal(self, model: str, cause: str) -> None:
         now = self.now()
-        deaths = [at for at in self.deaths.get(model, []) if now - at < self.window_s] + [now]
-        self.deaths[model] = deaths
-        unloaded = self.triton.unload(model)  # at once: readiness turns false, a stopped stub is killed
-        if len(deaths) >= self.max_heals + 1:
+        streak = self.streaks.setdefault(model, DeathStreak(self.max_heals, now=self.now))
+        count = streak.died()
+        unloaded = self.triton.unload(model)  # at once: readiness turns false
+        if streak.exceeded:
             raise NeedsAPerson(
-                f"{model} died {len(deaths)} times in {self.window_s:.0f} s (last: {cause}); left unloaded"
+                f"{streak.describe(model, cause)}; left unloaded"
                 + (f" (unload failed: {unloaded})" if unloaded else "")
                 + ": it needs a person (Triton's log says more)"
             )
-        wait = self.backoff_s[min(len(deaths) - 1, len(self.backoff_s) - 1)]
+        wait = self.backoff_s[min(count - 1, len(self.backoff_s) - 1)]
         self.report(
             f"watchdog: {model}: {cause}: unloaded{f' (unload: {unloaded})' if unloaded else ''}, loading it again"
-            f"{f' in {wait:.0f} s' if wait else ''} (death {len(deaths)} of at most {self.max_heals} in "
-            f"{self.window_s:.0f} s)"
+            f"{f' in {wait:.0f} s' if wait else ''} (death {count} in a row of at most {self.max_heals})"
         )
         self.healing[model] = _Heal(model, cause, now, now + wait)
 
@@ -126,6 +126,7 @@ class StubWatchdog:
         seconds = self.now() - heal.detected_at
         if reason is None:
             self.healed.append((heal.model, seconds))
+            self.streaks[heal.model].came_back()
             self.report(f"watchdog: {heal.model}: healed in {seconds:.1f} s")
             live = {s.instance for s in stubs_of(self.server_pid()) if s.model == heal.model and s.alive}
             self.expected[heal.model] = live or self.expected.get(heal.model, set())

@@ -123,7 +123,7 @@ def test_a_stopped_stub_is_healed_and_a_late_sigcont_harms_nothing(served, first
 
 def test_a_killed_tritonserver_is_started_again(served, first_answer):
     served.child("tritonserver").kill()
-    assert "tritonserver killed by SIGKILL; restarting it (1 of at most" in served.wait_for_line("supervisor:")
+    assert "tritonserver killed by SIGKILL; restarting it (1 in a row of at most" in served.wait_for_line("supervisor:")
     served.wait_for_line("supervisor: tritonserver ready again in")
     assert served.answers_correctly_again()["caption"] == first_answer["caption"]
 
@@ -142,7 +142,7 @@ def test_a_step_that_keeps_dying_ends_serve_with_the_reason(model_repository, tm
         serve.wait_for_line("watchdog: label: healed in")
         os.kill(serve.stub("label"), signal.SIGKILL)
         line = serve.wait_for_line("error:")
-        assert "label died 2 times in 120 s" in line and "it needs a person" in line
+        assert "label died 2 times in a row" in line and "it needs a person" in line
         assert serve.process.wait(timeout=60) == 1
     finally:
         serve.stop()
@@ -156,7 +156,7 @@ def test_a_tritonserver_that_keeps_dying_ends_serve_with_the_reason(model_reposi
         restarted = serve.child("tritonserver")
         restarted.kill()
         line = serve.wait_for_line("error:")
-        assert "tritonserver died 2 times in 120 s (last: killed by SIGKILL)" in line
+        assert "tritonserver died 2 times in a row, each within 60 s of coming back (last: killed by SIGKILL)" in line
         assert serve.process.wait(timeout=60) == 1
         psutil.wait_procs([restarted], timeout=10)
         assert not restarted.is_running()

@@ -40,14 +40,18 @@ def test_exit_causes_are_named(returncode, cause):
     assert exit_cause(returncode) == cause
 
 
-def test_the_budget_allows_its_limit_in_the_window_then_stops_with_the_reason():
+def test_the_budget_allows_its_limit_in_a_row_then_stops_with_the_reason():
     clock = [0.0]
-    budget = RestartBudget("tritonserver", limit=2, window_s=60, now=lambda: clock[0])
+    budget = RestartBudget("tritonserver", limit=2, now=lambda: clock[0])
     assert budget.spend("killed by SIGKILL") == 1
-    clock[0] = 30
+    budget.came_back()
+    clock[0] = 30  # dies again 30 s after coming back: in a row
     assert budget.spend("killed by SIGKILL") == 2
-    clock[0] = 61  # the first restart left the window
-    assert budget.spend("killed by SIGKILL") == 2
-    clock[0] = 62
-    with pytest.raises(CrashLoop, match=r"tritonserver died 3 times in 60 s \(last: exited with status 1\)"):
+    budget.came_back()
+    clock[0] = 91  # up 61 s: a new fault, not the same loop
+    assert budget.spend("killed by SIGKILL") == 1
+    budget.came_back()
+    clock[0] = 92
+    assert budget.spend("exited with status 1") == 2  # did not come back since: still in a row
+    with pytest.raises(CrashLoop, match=r"tritonserver died 3 times in a row, each within 60 s .*last: exited"):
         budget.spend("exited with status 1")
