@@ -241,7 +241,7 @@ class StepHealthMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] not in self.outputs_by_path:
             return await self.app(scope, receive, send)
-        down = self.health.down(self.outputs_by_path[scope["path"]])
+        down = await self.health.confirmed_down(self.outputs_by_path[scope["path"]])
         if not down:
             return await self.app(scope, receive, send)
         self.refused("step_down")

@@ -129,6 +129,16 @@ class StepHealth:
         last = self.fresh()
         return [] if last is None else last.down(requested)
 
+    async def confirmed_down(self, requested: Iterable[str] | None = None) -> list[str]:
+        """``down``, confirmed by a look at most a quarter interval old before a request is refused: a model
+        loaded since the last look (a heal just done) must not refuse it."""
+        if not self.down(requested):
+            return []
+        try:
+            return (await self.refresh()).down(requested)
+        except Exception:  # Triton not answering the look: the last look stands
+            return self.down(requested)
+
     async def _run(self) -> None:
         while not self._stopping.is_set():
             try:

@@ -43,12 +43,14 @@ def _stat(pid_dir: Path) -> tuple[str, int] | None:
 
 
 def parse_stub(pid: int, arguments: list[str], state: str) -> Stub | None:
-    """A stub from its command line, or None when it is not a Python-backend stub's."""
+    """A model instance's stub from its command line, or None: another process, or the short-lived stub Triton
+    starts while loading a model to complete its config (python_backend's AUTOCOMPLETE_STUB, named after the
+    model alone, stub_launcher.cc), which is nobody's instance."""
     if not arguments or not arguments[0].endswith(STUB_BINARY) or len(arguments) < 2:
         return None
     model = Path(arguments[1]).parent.parent.name  # <repository>/<model>/<version>/model.py
     instance = next((a for a in arguments[2:] if re.fullmatch(rf"{re.escape(model)}_\d+_\d+", a)), None)
-    return Stub(pid, model, instance or f"{model}?pid{pid}", state)
+    return Stub(pid, model, instance, state) if instance else None
 
 
 def zombie_children(parent_pid: int, proc: Path = PROC) -> list[int]:

@@ -19,8 +19,8 @@ def two_tritons(model_repository, tmp_path_factory):
     servers = []
     for address in ("127.0.0.1", "127.0.0.2"):  # Linux routes all of 127.0.0.0/8 to loopback
         ports = Ports(http=free_port(), grpc=grpc_port, metrics=free_port())
-        # The ensemble and its three steps only: the captioner (a BLS callee, slow to load) is not needed
-        # to count where requests go; captions then come back empty with captioner_error.
+        # The ensemble and its steps only: the captioner (a BLS callee, slow to load) is not needed to count
+        # where requests go, so they are /classify's, which needs no captioner (the API refuses /caption then).
         servers.append(
             TritonServer(
                 model_repository,
@@ -52,7 +52,7 @@ def served_per_server(servers, api_url, requests: int) -> list[int]:
     before = [ensemble_requests(server) for server in servers]
     with httpx.Client(timeout=120) as http:
         for _ in range(requests):
-            response = http.post(f"{api_url}/caption", files={"photo": ("apple.jpg", APPLE, "image/jpeg")})
+            response = http.post(f"{api_url}/classify", files={"photo": ("apple.jpg", APPLE, "image/jpeg")})
             assert response.status_code == 200 and response.json()["label"] == "Vegetable/Fruit"
     # Triton updates its statistics just after answering: wait (briefly) until every request is counted.
     for _ in range(50):

@@ -30,6 +30,9 @@ def test_a_stub_is_read_from_its_command_line():
 def test_other_processes_are_not_stubs():
     assert parse_stub(1, ["/usr/bin/python3", "-m", "food11_api"], "S") is None
     assert parse_stub(1, [], "S") is None
+    # The stub Triton starts while loading a model, to complete its config: named after the model, no instance's.
+    autocomplete = [argument if argument != "captioner_0_1" else "captioner" for argument in STUB_ARGUMENTS]
+    assert parse_stub(1, autocomplete, "S") is None
 
 
 @pytest.mark.parametrize(
