@@ -348,12 +348,12 @@ class Tensors:
         CAPTION, the captioner's): the callee run here on what the caller sends it."""
         settings = self.models[caller].settings()
         calls = getattr(settings, "BLS_CALLS", ())
-        completed, complete = next(
+        derived, complete = next(
             (found for kind, found in COMPLETIONS.items() if isinstance(settings, kind)), ((), lambda _: {})
         )
-        if output in completed:
-            calls = calls[:1]  # derived from the answer of its (first) call
-        call = next((c for c in calls if output in {t.name for t in c.outputs} or output in completed), None)
+        # An output the callee answers, or one the caller's code derives from its (first) call's answer.
+        fallback = calls[0] if output in derived and calls else None
+        call = next((c for c in calls if output in {t.name for t in c.outputs}), fallback)
         if call is None:
             raise Unfed(f"{caller}'s output '{output}' is not computed here")
         callee = call.callee(settings)

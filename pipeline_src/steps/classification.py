@@ -26,6 +26,7 @@ class Prediction:
     probabilities: np.ndarray  # float32 [11], sums to 1
 
 
+ENCODED_CLASSES = np.array([name.encode("utf-8") for name in FOOD11_CLASSES], dtype=np.object_)  # as BYTES rows
 SUM_TOLERANCE = 1e-3  # float32 softmax rows sum to 1 within ~1e-6; more means this is not a distribution
 
 

@@ -11,15 +11,12 @@ import numpy as np
 
 from pipeline_src.contract import LABEL, MODELS, PROBABILITY
 from pipeline_src.steps.batching import bytes_rows
-from pipeline_src.steps.classification import logits_problem, softmax
-from pipeline_src.steps.labels import FOOD11_CLASSES
+from pipeline_src.steps.classification import ENCODED_CLASSES, logits_problem, softmax
 
 LOGITS = "LOGITS"  # the step's input: the classifier's, one row per photo
 PROBABILITIES = "PROBABILITIES"  # every class's probability, for the steps after it (caption_with_label, top_labels)
 OUTPUTS = (LABEL, PROBABILITY, PROBABILITIES, MODELS)  # as its config.pbtxt declares
 CHECKS = {LOGITS: logits_problem}  # a request whose logits are unusable fails alone, naming why
-
-_ENCODED_CLASSES = np.array([name.encode("utf-8") for name in FOOD11_CLASSES], dtype=np.object_)
 
 
 def label_outputs(logits: np.ndarray, models: str) -> dict[str, np.ndarray]:
@@ -29,7 +26,7 @@ def label_outputs(logits: np.ndarray, models: str) -> dict[str, np.ndarray]:
     probabilities = softmax(logits)
     best = np.argmax(probabilities, axis=1)
     return {
-        LABEL: _ENCODED_CLASSES[best].reshape(-1, 1),
+        LABEL: ENCODED_CLASSES[best].reshape(-1, 1),
         PROBABILITY: np.take_along_axis(probabilities, best[:, None], axis=1),
         PROBABILITIES: probabilities,
         MODELS: bytes_rows([models] * len(probabilities)),

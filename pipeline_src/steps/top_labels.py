@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline_src.steps.classification import ENCODED_CLASSES
 from pipeline_src.steps.labels import FOOD11_CLASSES
 from pipeline_src.steps.settings import SettingsError, StepSettings
 
@@ -44,10 +45,7 @@ class TopLabels:
     probabilities: np.ndarray  # float32 [n, k], descending in each row
 
 
-_ENCODED_CLASSES = np.array([name.encode("utf-8") for name in FOOD11_CLASSES], dtype=np.object_)
-
-
 def top_labels(batch: np.ndarray, k: int) -> TopLabels:
     """The k best classes of every row of a stacked batch, at once; rows keep their order."""
     order = np.argsort(-batch, axis=1, kind="stable")[:, :k]  # stable: ties keep the lower index first
-    return TopLabels(_ENCODED_CLASSES[order], np.take_along_axis(batch, order, axis=1).astype(np.float32))
+    return TopLabels(ENCODED_CLASSES[order], np.take_along_axis(batch, order, axis=1).astype(np.float32))
