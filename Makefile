@@ -1,5 +1,5 @@
-# make serve: set up, build the offline-default model files if missing, run Triton and the API (:8080)
-#             in the foreground; Ctrl-C stops both.
+# make serve: set up, build the model files if missing (the offline defaults) or not from what BLIP / CLASSIFIER
+#             name (real weights), run Triton and the API (:8080) in the foreground; Ctrl-C stops both.
 # make test:  set up, lint and type-check (make lint), run the whole test suite (it builds its own tiny models
 #             and starts its own Triton).
 # make lint:  ruff (lint + format check) and mypy, as configured in pyproject.toml; `make format` formats.
@@ -24,8 +24,21 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# BLIP stand-in size for `make models` when no real BLIP is given: base (realistic cost) or tiny.
+# What `make models` and `make serve` build the models from (docs/models.md, "Using real weights"):
+# BLIP: a Hugging Face id (Salesforce/blip-image-captioning-base) or a local snapshot directory; CLASSIFIER: the
+# course's Food-11 checkpoint (a state dict). Unset: keep what is built (the offline default the first time);
+# `stand-in`: back to the offline default; another source than the one built (its manifest's): rebuilt.
+BLIP ?=
+CLASSIFIER ?=
+# BLIP stand-in size when a stand-in is built: base (realistic cost) or tiny.
 BLIP_STANDIN ?= base
+# The model repository `make models` fills and `make serve` serves; SERVE_ARGS: more scripts/serve.py options.
+MODEL_REPOSITORY ?= model_repository
+SERVE_ARGS ?=
+# Triton's response cache for the ensembles, MiB (a photo asked again is answered from it; 0: off).
+CACHE_MIB ?= 64
+MODEL_SOURCES = --repository "$(MODEL_REPOSITORY)" --blip-standin $(BLIP_STANDIN) $(if $(BLIP),--blip "$(BLIP)") \
+	$(if $(CLASSIFIER),--classifier-checkpoint "$(CLASSIFIER)")
 BUILD_ARGS ?=
 # Every benchmark refuses a tree with uncommitted changes (outside benchmarks/results/): figures must
 # name a commit. --allow-dirty in BENCH_ARGS, SOAK_ARGS or OVERLOAD_ARGS runs it anyway, marked as such.
@@ -88,19 +101,20 @@ lock:
 	rm -rf build/lock
 
 # The build decides what is missing or stale (a build of an earlier graph layout, a repository without
-# manifests) and redoes only that: a few seconds when nothing is.
+# manifests, a model built from another source than BLIP or CLASSIFIER name) and redoes only that: a few seconds
+# when nothing is.
 models: | $(VENV)/.installed-serve
-	$(BIN)/python scripts/build_models.py --blip-standin $(BLIP_STANDIN) $(BUILD_ARGS)
+	$(BIN)/python scripts/build_models.py $(MODEL_SOURCES) $(BUILD_ARGS)
 
 # The captioner's int8-weight twins and their fidelity (cpu_precision int8 or auto; the speed benchmarks compare
 # them), with everything `make models` builds, which serving's default (fp32) needs alone.
 models-int8: | $(VENV)/.installed-serve
-	$(BIN)/python scripts/build_models.py --blip-standin $(BLIP_STANDIN) --int8 $(BUILD_ARGS)
+	$(BIN)/python scripts/build_models.py $(MODEL_SOURCES) --int8 $(BUILD_ARGS)
 
 # Triton takes its trace file only at start-up; tracing stays off until turned on (docs/profiling.md, "Tracing a request").
 serve: models
-	$(BIN)/python scripts/serve.py --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) --api-port $(API_PORT) \
-		-- --trace-config=triton,file=$(CURDIR)/logs/trace.json
+	$(BIN)/python scripts/serve.py --model-repository "$(MODEL_REPOSITORY)" --host $(HOST) --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) \
+		--metrics-port $(METRICS_PORT) --api-port $(API_PORT) --response-cache-mib $(CACHE_MIB) $(SERVE_ARGS) -- --trace-config=triton,file=$(CURDIR)/logs/trace.json
 
 # Both images built and run on stand-in bases by Compose v2 (docs/deployment.md, "The container check").
 container-check: $(VENV)/.installed-serve

@@ -12,6 +12,14 @@ from __future__ import annotations
 from enum import Enum
 
 ENSEMBLE = "food11_pipeline"  # the ensemble a caller calls by default
+# The ensemble that answers CLASSIFY_OUTPUTS alone (preprocess, classifier, label): a classify call goes there,
+# not to ENSEMBLE naming a subset of its outputs, since Triton's response cache keys an answer on the ensemble
+# and its inputs, not on the outputs named (a cached partial answer would be served to a full call).
+CLASSIFY_ENSEMBLE = "food11_classify"
+
+# Set ("1") in tritonserver's environment, which its steps inherit, when it caches ensembles' answers
+# (pipeline_src/serving/response_cache.py): an answer must then be whole, as a cached one is served again.
+RESPONSES_CACHED_ENV = "FOOD11_RESPONSES_CACHED"
 
 IMAGE = "IMAGE"  # BYTES [n, 1]: each row one photo's encoded file bytes (JPEG, PNG, ...)
 
@@ -22,8 +30,9 @@ CAPTION = "CAPTION"  # BYTES: the caption, conditioned on the label
 CAPTION_STATUS = "CAPTION_STATUS"  # BYTES: a CaptionStatus code, ": <detail>" after the failures'
 MODELS = "MODELS"  # BYTES: JSON, the models that answered (pipeline_src.provenance.served)
 CORE_OUTPUTS = (LABEL, PROBABILITY, CAPTION, CAPTION_STATUS, MODELS)
-# A call naming only these is answered without captioning: Triton runs only the steps its outputs need
-# (preprocess, classifier, label), milliseconds instead of the captioner's seconds.
+# CLASSIFY_ENSEMBLE's outputs: the label without captioning, milliseconds instead of the captioner's seconds.
+# A call of ENSEMBLE naming only these runs the same steps (Triton runs only those its outputs need), but with
+# Triton's response cache on, its partial answer would be cached as ENSEMBLE's answer for that photo.
 CLASSIFY_OUTPUTS = (LABEL, PROBABILITY, MODELS)
 # As config.pbtxt spells each (data_type, one row's dims); food11-validate holds the ensemble to them.
 CONFIG_TYPES = {

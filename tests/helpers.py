@@ -85,6 +85,10 @@ def serve_command(model_repository, tmp_path, ports, *extra) -> list[str]:
         str(tmp_path / "work"),
         "--log-file",
         str(tmp_path / "server.log"),
+        # No response cache unless a test asks (a later --response-cache-mib in ``extra`` wins): a fault test's
+        # repeated photo must meet the steps, not the cache (test_serve.py and test_response_cache.py test it).
+        "--response-cache-mib",
+        "0",
         *extra,
     ]
 

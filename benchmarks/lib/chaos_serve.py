@@ -55,6 +55,8 @@ class Served:
             *("--http-port", str(self.ports.http), "--grpc-port", str(self.ports.grpc)),
             *("--metrics-port", str(self.ports.metrics), "--api-port", str(self.api_port)),
             *("--work-dir", str(scratch / "work"), "--log-file", str(scratch / "tritonserver.log")),
+            # No response cache: the load repeats its photos, and a cached answer would never meet the fault.
+            *("--response-cache-mib", "0"),
             *extra_args,
         ]
         self.output = scratch / "serve.out"  # all it said, the API's request logs included

@@ -32,6 +32,7 @@ from food11_api.middleware import (
     ServerTimingMiddleware,
     StepHealthMiddleware,
 )
+from food11_api.response_cache_stats import ResponseCacheStats
 from food11_api.routes import captioning, health, models, pages
 from food11_api.settings import ApiSettings
 from food11_api.step_health import StepHealth
@@ -49,13 +50,19 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         # One asyncio gRPC channel for the whole process, opened at start-up, closed at shutdown.
         app.state.client = AsyncFood11Client(
-            settings.triton_url, settings.model_name, timeout_s=settings.deadline_s, lb_policy=settings.grpc_lb_policy
+            settings.triton_url,
+            settings.model_name,
+            timeout_s=settings.deadline_s,
+            lb_policy=settings.grpc_lb_policy,
+            classify_model=settings.classify_model_name,
         )
         # The ensemble's own outputs, for the schema; the first /caption would learn them too.
         learning = asyncio.create_task(learn_extra_outputs(app.state.client))
-        # Whether every model the ensemble is built from is ready, looked at every step_health_interval_s.
+        # Whether every model the ensembles are built from is ready, looked at every step_health_interval_s.
         app.state.step_health.start(app.state.client)
+        app.state.response_cache_stats.start(app.state.client)
         yield
+        await app.state.response_cache_stats.stop()
         await app.state.step_health.stop()
         learning.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -92,11 +99,13 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         refused=lambda by: app.state.refusals.count(by),
     )
     # Outside admission: a request that needs a model that is not ready takes no place in flight.
-    app.state.step_health = StepHealth(settings.model_name, settings.step_health_interval_s)
+    app.state.ensemble_calls = captioning.ensemble_calls(settings)
+    ensembles = [call.ensemble for call in app.state.ensemble_calls.values()]
+    app.state.step_health = StepHealth(ensembles, settings.step_health_interval_s)
     app.add_middleware(
         StepHealthMiddleware,
         health=app.state.step_health,
-        outputs_by_path=captioning.REQUESTED_OUTPUTS,
+        calls_by_path=app.state.ensemble_calls,
         retry_after_s=settings.step_down_retry_after_s,
         refused=lambda by: app.state.refusals.count(by),
     )
@@ -114,6 +123,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.state.refusals = Refusals(registry)
     observe_admission(registry, app.state.admission)
     observe_step_health(registry, app.state.step_health)
+    app.state.response_cache_stats = ResponseCacheStats([settings.model_name, settings.classify_model_name])
+    registry.register(app.state.response_cache_stats)
 
     needs_key: dict[str, Any] = {}
     if keys is not None:

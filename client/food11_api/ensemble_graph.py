@@ -1,12 +1,14 @@
-"""Which models a call of the ensemble needs, read from configurations Triton opens to every caller.
+"""Which models a call of an ensemble needs, read from configurations Triton opens to every caller.
 
-The ensemble's own config lists its steps and the tensors each reads and writes (``input_map``,
+An ensemble's own config lists its steps and the tensors each reads and writes (``input_map``,
 ``output_map``); a step's config names the models it calls by BLS in a parameter ``<role>_model`` (the
 settings field that its ``BLS_CALLS`` declare as ``callee_field``, pipeline_src/steps/bls.py:
 ``caption_with_label``'s ``captioner_model``). From those, a call naming some outputs needs: the ensemble,
-the steps Triton runs for it, and the models those steps call. Triton leaves out the steps no requested
-output needs (``pruned_steps``): a classify-only call (``contract.CLASSIFY_OUTPUTS``) runs ``preprocess``,
-``classifier`` and ``label``, and needs neither the vision encoder nor ``caption_with_label`` nor the captioner.
+the steps Triton runs for it, and the models those steps call. The API's classify call goes to an ensemble of
+its own (``contract.CLASSIFY_ENSEMBLE``: ``preprocess``, ``classifier``, ``label``); a call of a bigger ensemble
+naming only some outputs runs only the steps they need, as Triton leaves out the others (``pruned_steps``): a
+call of ``food11_pipeline`` naming ``contract.CLASSIFY_OUTPUTS`` needs neither the vision encoder nor
+``caption_with_label`` nor the captioner.
 
 ``pruned_steps`` is pipeline_src/ensemble_pruning.py's mirror of Triton's walk, quirks included (a step Triton
 keeps runs, and needs its model, whether or not the call needed it), the validator's too. Standard library only;
@@ -52,8 +54,16 @@ def bls_callees(config: Mapping) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class EnsembleCall:
+    """What a call asks Triton for: an ensemble, and the outputs it names (None: none, so all of them)."""
+
+    ensemble: str
+    outputs: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
 class EnsembleGraph:
-    """The ensemble the API calls and the models it is built from.
+    """An ensemble the API calls and the models it is built from.
 
     ``callees``: by step model, the models it calls by BLS. ``complete``: every config was read (False: some
     are from an earlier look, or missing, and the graph is read again at the next look)."""

@@ -100,8 +100,8 @@ def observe_callers(registry: CollectorRegistry, admission: AdaptiveLimit, names
 
 class ModelReadiness(Collector):
     """food11_model_ready{model}: 1 when the API's last look found the model ready in Triton, 0 when not, for
-    the ensemble and every model it is built from; none before the first look, or while Triton does not answer
-    (that is not a model's state: the 503s of the captioning routes and /readyz say so)."""
+    the ensembles the API calls and every model they are built from; none before the first look, or while Triton
+    does not answer (that is not a model's state: the 503s of the captioning routes and /readyz say so)."""
 
     def __init__(self, health: StepHealth):
         self.health = health
@@ -112,7 +112,7 @@ class ModelReadiness(Collector):
         )
         last = self.health.last
         if last is not None and last.reachable:
-            for model in last.graph.models:
+            for model in last.models:
                 family.add_metric([model], 0.0 if model in last.not_ready else 1.0)
         yield family
 

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 
 from food11_api.admission import AdaptiveLimit
 from food11_api.callers import API_KEY_HEADER, BEARER_HEADER, CallerKeys, presented_key
+from food11_api.ensemble_graph import EnsembleCall
 from food11_api.step_health import StepHealth, refusal_detail
 
 log = logging.getLogger("food11_api")
@@ -218,30 +219,31 @@ class AdmissionMiddleware:
 
 
 class StepHealthMiddleware:
-    """A request to one of ``outputs_by_path``'s routes that needs a model the last look found not ready
-    (step_health.py; the route's outputs say which models it needs) gets 503 at once, before admission and
-    before its body is read, naming the models, with ``Retry-After``: Triton could only fail it (an ensemble
-    without a step) or answer it degraded (a caption without a captioner). A route that needs none of them is
-    let through. ``refused`` is called with ``step_down`` for each refusal (the metric's ``by``)."""
+    """A request to one of ``calls_by_path``'s routes that needs a model the last look found not ready
+    (step_health.py; the ensemble the route calls and the outputs it names say which models it needs) gets 503 at
+    once, before admission and before its body is read, naming the models, with ``Retry-After``: Triton could
+    only fail it (an ensemble without a step) or answer it degraded (a caption without a captioner). A route that
+    needs none of them is let through. ``refused`` is called with ``step_down`` for each refusal (the metric's
+    ``by``)."""
 
     def __init__(
         self,
         app,
         health: StepHealth,
-        outputs_by_path: Mapping[str, tuple[str, ...] | None],
+        calls_by_path: Mapping[str, EnsembleCall],
         retry_after_s: int,
         refused: Callable[[str], None],
     ):
         self.app = app
         self.health = health
-        self.outputs_by_path = outputs_by_path
+        self.calls_by_path = calls_by_path
         self.retry_after_s = retry_after_s
         self.refused = refused
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] not in self.outputs_by_path:
+        if scope["type"] != "http" or scope["path"] not in self.calls_by_path:
             return await self.app(scope, receive, send)
-        down = await self.health.confirmed_down(self.outputs_by_path[scope["path"]])
+        down = await self.health.confirmed_down(self.calls_by_path[scope["path"]])
         if not down:
             return await self.app(scope, receive, send)
         self.refused("step_down")

@@ -9,7 +9,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from food11_client import RETRY_AFTER_S
-from food11_client.connection import DEFAULT_MODEL, DEFAULT_URL
+from food11_client.connection import DEFAULT_CLASSIFY_MODEL, DEFAULT_MODEL, DEFAULT_URL
 
 
 class ApiSettings(BaseSettings):
@@ -23,7 +23,8 @@ class ApiSettings(BaseSettings):
     grpc_lb_policy: Literal["round_robin", "pick_first"] = Field(
         "round_robin", description="round_robin: each request to the next Triton the target resolves to"
     )
-    model_name: str = Field(DEFAULT_MODEL, description="the ensemble to call")
+    model_name: str = Field(DEFAULT_MODEL, description="the ensemble /caption and /predict call")
+    classify_model_name: str = Field(DEFAULT_CLASSIFY_MODEL, description="the ensemble /classify calls")
     deadline_s: float = Field(60.0, gt=0, description="per-request deadline of the Triton call, seconds")
     max_upload_bytes: int = Field(10 * 1024 * 1024, gt=0, description="larger request bodies get 413")
     # Admission (admission.py): as many captioning requests at once as the measured rate answers within
@@ -41,12 +42,12 @@ class ApiSettings(BaseSettings):
     )
     # Step health (step_health.py): Triton 2.51 does not notice a Python step's dead stub, and a watchdog heals
     # it by unloading and loading the model; meanwhile Triton says it is not ready. The API asks that often
-    # whether every model the ensemble is built from is ready: /readyz reads the answer, and a request whose
+    # whether every model the ensembles are built from is ready: /readyz reads the answer, and a request whose
     # route needs a model that is not ready is refused at once.
     step_health_interval_s: float = Field(
         1.0,
         gt=0,
-        description="seconds between the API's looks at whether each model the ensemble is built from is ready "
+        description="seconds between the API's looks at whether each model the ensembles are built from is ready "
         "(GET /readyz, and the 503 at once for a request that needs a model that is not)",
     )
     step_down_retry_after_s: int = Field(

@@ -4,21 +4,22 @@ and what ``/readyz`` and admission read from its last look.
 Triton 2.51 keeps a Python step READY when its stub process dies; a watchdog beside Triton heals such a
 step by unloading and loading it, and while it is unloaded Triton says it is not ready. Unloading an
 ensemble step unloads every ensemble that has it until the step is loaded again (measured on 2.51: then even
-a classify-only call gets NOT_FOUND); unloading the captioner, a BLS callee, leaves the ensemble READY, and
-each caption comes back empty with ``captioner_error``. The monitor asks Triton's open health API
-(``is_model_ready``) about every model the ensemble is built from (ensemble_graph.py: its steps from its
-config, the models they call by BLS from theirs); the repository index, which has each model's state and
-reason, is an admin API the API has no key for. Not the manifests ``GET /models`` reads: they do not say which
-step calls a model, and they come from an inference call, which a deadline or a shutdown would cancel (a
-cancelled inference can crash Triton 2.51: food11_client/cancellation.py); the monitor makes no inference
-call and cancels none of its calls. ``/readyz`` is 503
-naming what is not ready; a request whose route needs a model that is not ready is refused at once
+a call that would skip that step gets NOT_FOUND); unloading the captioner, a BLS callee, leaves the ensemble
+READY, and each caption comes back empty with ``captioner_error``. The monitor asks Triton's open health API
+(``is_model_ready``) about every model the API's ensembles (the caption one, the classify one) are built from
+(ensemble_graph.py: their steps from their configs, the models those call by BLS from theirs); the repository
+index, which has each model's state and reason, is an admin API the API has no key for. Not the manifests
+``GET /models`` reads: they do not say which step calls a model, and they come from an inference call, which a
+deadline or a shutdown would cancel (a cancelled inference can crash Triton 2.51:
+food11_client/cancellation.py); the monitor makes no inference call and cancels none of its calls. ``/readyz``
+is 503 naming what is not ready; a request whose route needs a model that is not ready is refused at once
 (StepHealthMiddleware) rather than failed or answered without its caption, while a route that needs only
-ready models (``/classify`` while the captioner heals) is still admitted. A change is seen within one
-interval (each way). Triton unreachable is no model's state: requests go on to fail at once as before (503).
+ready models (``/classify`` while the captioner or the vision encoder heals) is still admitted. A change is
+seen within one interval (each way). Triton unreachable is no model's state: requests go on to fail at once as
+before (503).
 
-The graph is read again when it was incomplete, every ``rediscover_s``, and whenever the ensemble comes
-back ready (a reload may have changed it)."""
+An ensemble's graph is read again when it was incomplete, every ``rediscover_s``, and whenever the ensemble
+comes back ready (a reload may have changed it)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from food11_api.ensemble_graph import EnsembleGraph, bls_callees, output_names, steps_of
+from food11_api.ensemble_graph import EnsembleCall, EnsembleGraph, bls_callees, output_names, steps_of
 from food11_client import AsyncFood11Client, PipelineError
 from food11_client.errors import DEADLINE_EXCEEDED
 
@@ -42,41 +43,65 @@ UNREACHABLE_STATUSES = {"StatusCode.UNAVAILABLE", DEADLINE_EXCEEDED}
 @dataclass(frozen=True)
 class Readiness:
     """One look: ``at`` (time.monotonic), whether Triton answered (else ``error`` says why), and each model of
-    ``graph`` that is not ready, with why."""
+    ``graphs`` (one per ensemble the API calls) that is not ready, with why."""
 
     at: float
-    graph: EnsembleGraph
+    graphs: tuple[EnsembleGraph, ...]
     reachable: bool = True
     error: str = ""
     not_ready: Mapping[str, str] = field(default_factory=dict)
 
-    def down(self, requested: Iterable[str] | None = None) -> list[str]:
-        """The models that a call naming ``requested`` outputs (None: all) needs and that are not ready; none
-        when Triton did not answer (that is not a model's state). Triton unloads an ensemble with any of its
-        steps, whether the call would run that step or not: an ensemble not ready comes after its steps that are
-        not (a classify-only call cannot be answered without the vision encoder, and its refusal says so)."""
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Every model the ensembles are built from, and the ensembles: what ``/readyz`` needs ready."""
+        return models_of(self.graphs)
+
+    def needed(self, call: EnsembleCall | None = None) -> tuple[str, ...]:
+        """The models ``call`` needs (None: every call the API makes)."""
+        if call is None:
+            return self.models
+        graph = next((graph for graph in self.graphs if graph.ensemble == call.ensemble), None)
+        return (graph or EnsembleGraph.alone(call.ensemble)).needed(call.outputs)
+
+    def down(self, call: EnsembleCall | None = None) -> list[str]:
+        """The models that ``call`` (None: every call) needs and that are not ready; none when Triton did not
+        answer (that is not a model's state). Triton unloads an ensemble with any of its steps, whether the call
+        would run that step or not: an ensemble not ready comes after its steps that are not (a call of
+        food11_pipeline naming only the label's outputs cannot be answered without the vision encoder, and its
+        refusal says so)."""
         if not self.reachable:
             return []
-        down = [model for model in self.graph.needed(requested) if model in self.not_ready]
-        if self.graph.ensemble in down:
-            steps = [step.model for step in self.graph.steps if step.model in self.not_ready]
-            down = list(dict.fromkeys([*down[:-1], *steps, *down[-1:]]))  # the ensemble is needed() last
-        return down
+        graphs = {graph.ensemble: graph for graph in self.graphs}
+        down: list[str] = []
+        for model in self.needed(call):
+            if model in self.not_ready:
+                steps = graphs[model].steps if model in graphs else ()
+                down += [*(step.model for step in steps if step.model in self.not_ready), model]
+        return list(dict.fromkeys(down))
 
-    def why_not_ready(self, triton_url: str, requested: Iterable[str] | None = None) -> str | None:
+    def why_not_ready(self, triton_url: str, call: EnsembleCall | None = None) -> str | None:
         """``/readyz``'s 503 detail, or None when ready."""
         if not self.reachable:
-            return f"ensemble {self.graph.ensemble} not ready at {triton_url}: Triton not reachable ({self.error})"
-        down = self.down(requested)
+            ensembles = [call.ensemble] if call else [graph.ensemble for graph in self.graphs]
+            kind = "ensemble" if len(ensembles) == 1 else "ensembles"
+            return f"{kind} {_listed(ensembles)} not ready at {triton_url}: Triton not reachable ({self.error})"
+        down = self.down(call)
         if not down:
             return None
         return "not ready: " + ", ".join(f"{model} ({self.not_ready[model]})" for model in down)
 
 
+def models_of(graphs: Iterable[EnsembleGraph]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(model for graph in graphs for model in graph.models))
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def refusal_detail(models: list[str]) -> str:
     """The 503 detail of a request refused because ``models`` it needs are not ready."""
-    names = models[0] if len(models) == 1 else ", ".join(models[:-1]) + " and " + models[-1]
-    return f"{names} {'is' if len(models) == 1 else 'are'} not ready (healing or down): retry later"
+    return f"{_listed(models)} {'is' if len(models) == 1 else 'are'} not ready (healing or down): retry later"
 
 
 class StepHealth:
@@ -85,8 +110,8 @@ class StepHealth:
     ``interval_s``: between looks. A look older than ``stale_after_s`` is not trusted: admission then lets
     requests through (as before this monitor), ``/readyz`` looks itself."""
 
-    def __init__(self, ensemble: str, interval_s: float = 1.0, rediscover_s: float = 30.0):
-        self.ensemble = ensemble
+    def __init__(self, ensembles: Iterable[str], interval_s: float = 1.0, rediscover_s: float = 30.0):
+        self.ensembles = tuple(dict.fromkeys(ensembles))
         self.interval_s = interval_s
         self.rediscover_s = rediscover_s
         self.timeout_s = max(2.0, 2 * interval_s)  # one gRPC call of a look
@@ -95,8 +120,8 @@ class StepHealth:
         self._client: AsyncFood11Client | None = None
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
-        self._graph: EnsembleGraph | None = None
-        self._read_at = 0.0
+        self._graphs: dict[str, EnsembleGraph] = {}  # by ensemble, as last read
+        self._read_at: dict[str, float] = {}
         self._callees: dict[str, tuple[str, ...]] = {}  # by step, the last read (a step unloaded keeps its own)
         self._down_since: dict[str, float] = {}
         self._stopping = asyncio.Event()
@@ -124,20 +149,20 @@ class StepHealth:
         """The last look if fresh, else a look now (``/readyz`` before the monitor's first look)."""
         return self.fresh() or await self.refresh()
 
-    def down(self, requested: Iterable[str] | None = None) -> list[str]:
-        """What admission refuses a route for: the models it needs that the last fresh look found not ready."""
+    def down(self, call: EnsembleCall | None = None) -> list[str]:
+        """What admission refuses a route for: the models its call needs that the last fresh look found not ready."""
         last = self.fresh()
-        return [] if last is None else last.down(requested)
+        return [] if last is None else last.down(call)
 
-    async def confirmed_down(self, requested: Iterable[str] | None = None) -> list[str]:
+    async def confirmed_down(self, call: EnsembleCall | None = None) -> list[str]:
         """``down``, confirmed by a look at most a quarter interval old before a request is refused: a model
         loaded since the last look (a heal just done) must not refuse it."""
-        if not self.down(requested):
+        if not self.down(call):
             return []
         try:
-            return (await self.refresh()).down(requested)
+            return (await self.refresh()).down(call)
         except Exception:  # Triton not answering the look: the last look stands
-            return self.down(requested)
+            return self.down(call)
 
     async def _run(self) -> None:
         while not self._stopping.is_set():
@@ -149,41 +174,44 @@ class StepHealth:
                 await asyncio.wait_for(self._stopping.wait(), self.interval_s)
 
     async def refresh(self) -> Readiness:
-        """Look now: the graph (when due), then every model of it. Concurrent callers share one look."""
+        """Look now: the graphs (those due), then every model of them. Concurrent callers share one look."""
         if self._client is None:
             raise RuntimeError("StepHealth.start(client) was not called")
         async with self._lock:
             if (last := self.last) is not None and time.monotonic() - last.at < self.interval_s / 4:
                 return last  # a look that finished while this caller waited for the lock
-            graph = await self._graph_due(self._client)
-            readiness = await self._look(self._client, graph)
+            graphs = await self._read_due_graphs(self._client)
+            readiness = await self._look(self._client, graphs)
             self._log_changes(readiness)
             self.last = readiness
             return readiness
 
-    async def _graph_due(self, client: AsyncFood11Client) -> EnsembleGraph:
-        graph = self._graph
-        # While the ensemble is not ready its config cannot be read; once it is back, a reload may have changed it.
-        ensemble_was_down = self.last is not None and self.ensemble in self.last.not_ready
-        due = graph is None or not graph.complete or time.monotonic() - self._read_at > self.rediscover_s
-        if due or ensemble_was_down:
-            graph = self._graph = await self._read_graph(client)
-            self._read_at = time.monotonic()
-        assert graph is not None
-        return graph
+    async def _read_due_graphs(self, client: AsyncFood11Client) -> tuple[EnsembleGraph, ...]:
+        """Each ensemble's graph, read again where due."""
+        due = [ensemble for ensemble in self.ensembles if self._due(ensemble)]
+        for ensemble, graph in zip(due, await asyncio.gather(*(self._read_graph(client, e) for e in due))):
+            self._graphs[ensemble], self._read_at[ensemble] = graph, time.monotonic()
+        return tuple(self._graphs[ensemble] for ensemble in self.ensembles)
 
-    async def _read_graph(self, client: AsyncFood11Client) -> EnsembleGraph:
+    def _due(self, ensemble: str) -> bool:
+        graph = self._graphs.get(ensemble)
+        if graph is None or not graph.complete or time.monotonic() - self._read_at[ensemble] > self.rediscover_s:
+            return True
+        # While an ensemble is not ready its config cannot be read; once it is back, a reload may have changed it.
+        return self.last is not None and ensemble in self.last.not_ready
+
+    async def _read_graph(self, client: AsyncFood11Client, ensemble: str) -> EnsembleGraph:
         try:
-            config = await client.model_config(self.ensemble, self.timeout_s)
+            config = await client.model_config(ensemble, self.timeout_s)
         except PipelineError:  # unloaded (or Triton away): what was read before, else the ensemble alone
-            return EnsembleGraph.alone(self.ensemble) if self._graph is None else self._graph
+            return self._graphs.get(ensemble) or EnsembleGraph.alone(ensemble)
         steps = steps_of(config)
-        callers = list(dict.fromkeys(step.model for step in steps)) or [self.ensemble]  # no ensemble: itself
-        asked = [name for name in callers if name != self.ensemble]
+        callers = list(dict.fromkeys(step.model for step in steps)) or [ensemble]  # no ensemble: itself
+        asked = [name for name in callers if name != ensemble]
         answers = await asyncio.gather(
             *(client.model_config(name, self.timeout_s) for name in asked), return_exceptions=True
         )
-        read: dict[str, dict | BaseException] = {self.ensemble: config, **dict(zip(asked, answers))}
+        read: dict[str, dict | BaseException] = {ensemble: config, **dict(zip(asked, answers))}
         complete = True
         for name in callers:
             answer = read[name]
@@ -192,24 +220,24 @@ class StepHealth:
                 continue
             self._callees[name] = bls_callees(answer)
         callees = {name: self._callees[name] for name in callers if name in self._callees}
-        return EnsembleGraph(self.ensemble, output_names(config), steps, callees, complete)
+        return EnsembleGraph(ensemble, output_names(config), steps, callees, complete)
 
-    async def _look(self, client: AsyncFood11Client, graph: EnsembleGraph) -> Readiness:
-        models = graph.models
+    async def _look(self, client: AsyncFood11Client, graphs: tuple[EnsembleGraph, ...]) -> Readiness:
+        models = models_of(graphs)
         answers = await asyncio.gather(
             *(client.model_ready(name, self.timeout_s) for name in models), return_exceptions=True
         )
         not_ready: dict[str, str] = {}
         for name, answer in zip(models, answers):
             if isinstance(answer, PipelineError) and (answer.status in UNREACHABLE_STATUSES or answer.status is None):
-                return Readiness(time.monotonic(), graph, reachable=False, error=str(answer))
+                return Readiness(time.monotonic(), graphs, reachable=False, error=str(answer))
             if isinstance(answer, PipelineError):  # Triton answered, with an error (an unknown model is not one)
                 not_ready[name] = f"{NOT_READY}: {answer}"
             elif isinstance(answer, BaseException):
                 raise answer
             elif not answer:  # unloaded, loading, failed to load, or unknown: only the admin index tells which
                 not_ready[name] = NOT_READY
-        return Readiness(time.monotonic(), graph, not_ready=not_ready)
+        return Readiness(time.monotonic(), graphs, not_ready=not_ready)
 
     def _log_changes(self, now: Readiness) -> None:
         before = self.last

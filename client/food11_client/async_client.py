@@ -44,17 +44,17 @@ class AsyncFood11Client(Connection):
     async def caption(self, images: Sequence[bytes], timeout_s: float | None = None) -> list[CaptionResult]:
         extra = await self.extra_outputs()
         outputs = wire.requested_outputs(grpcclient_aio, extra)
-        return wire.caption_results(await self._call(images, outputs, timeout_s or self.timeout_s), extra)
+        return wire.caption_results(await self._call(self.model, images, outputs, timeout_s or self.timeout_s), extra)
 
     async def classify(self, images: Sequence[bytes], timeout_s: float | None = None) -> list[Classification]:
-        """Label and probability only: the ensemble runs no captioning for it (milliseconds, not seconds)."""
+        """Label and probability only, from ``classify_model``, which runs no captioning (milliseconds, not seconds)."""
         outputs = wire.classify_outputs(grpcclient_aio)
-        return wire.classifications(await self._call(images, outputs, timeout_s or self.timeout_s))
+        return wire.classifications(await self._call(self.classify_model, images, outputs, timeout_s or self.timeout_s))
 
-    async def _call(self, images: Sequence[bytes], outputs: list, timeout_s: float | None):
+    async def _call(self, model: str, images: Sequence[bytes], outputs: list, timeout_s: float | None):
         if await self.cancels_calls():
-            return await self._infer(images, outputs, timeout_s, cancel_at_deadline=True)
-        call = asyncio.ensure_future(self._infer(images, outputs, timeout_s, cancel_at_deadline=False))
+            return await self._infer(model, images, outputs, timeout_s, cancel_at_deadline=True)
+        call = asyncio.ensure_future(self._infer(model, images, outputs, timeout_s, cancel_at_deadline=False))
         self._unanswered.add(call)
         call.add_done_callback(self._forget)
         try:
@@ -66,10 +66,12 @@ class AsyncFood11Client(Connection):
             error.still_running = call
             raise error from None
 
-    async def _infer(self, images: Sequence[bytes], outputs: list, timeout_s: float | None, cancel_at_deadline: bool):
+    async def _infer(
+        self, model: str, images: Sequence[bytes], outputs: list, timeout_s: float | None, cancel_at_deadline: bool
+    ):
         with triton_errors(timeout_s):
             return await self._client.infer(
-                self.model,
+                model,
                 wire.image_inputs(grpcclient_aio, images),
                 outputs=outputs,
                 timeout=wire.triton_timeout_us(timeout_s),
@@ -118,6 +120,18 @@ class AsyncFood11Client(Connection):
                 return {"name": name, "state": "UNAVAILABLE", "reason": "not ready (Triton's log says why)"}
             metadata = await self._client.get_model_metadata(name, as_json=True)
         return {"name": name, "version": ",".join(metadata.get("versions", [])), "state": "READY"}
+
+    async def cache_counts(self, name: str, timeout_s: float | None = None) -> dict[str, tuple[int, int]]:
+        """By version of ``name`` Triton serves: (answers from its response cache, answers computed and stored), from
+        Triton's statistics API."""
+        with triton_errors():
+            stats = await self._client.get_inference_statistics(name, as_json=True, client_timeout=timeout_s)
+        counts = {}
+        for entry in stats.get("model_stats", []):
+            inference = entry.get("inference_stats", {})
+            hits, misses = (int(inference.get(kind, {}).get("count", 0)) for kind in ("cache_hit", "cache_miss"))
+            counts[entry["version"]] = (hits, misses)
+        return counts
 
     async def close(self) -> None:
         if self._unanswered:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from food11_client.connection import DEFAULT_MODEL, DEFAULT_URL
+from food11_client.connection import DEFAULT_CLASSIFY_MODEL, DEFAULT_MODEL, DEFAULT_URL
 from food11_client.errors import (
     RETRY_AFTER_S,
     InvalidImageError,
@@ -34,6 +34,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--classify-only", action="store_true", help="label and probability only: the server runs no captioning"
     )
+    parser.add_argument(
+        "--classify-model",
+        default=DEFAULT_CLASSIFY_MODEL,
+        help="the ensemble --classify-only calls (default: %(default)s)",
+    )
     return parser.parse_args(argv)
 
 
@@ -52,7 +57,8 @@ def main(argv=None) -> int:
     except OSError as exc:
         print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return EXIT_BAD_PHOTO
-    with Food11Client(args.url, args.model, timeout_s=args.timeout) as client:
+    called = args.classify_model if args.classify_only else args.model
+    with Food11Client(args.url, args.model, timeout_s=args.timeout, classify_model=args.classify_model) as client:
         try:
             results: Sequence[CaptionResult | Classification] = (
                 client.classify(images) if args.classify_only else client.caption(images)
@@ -69,7 +75,7 @@ def main(argv=None) -> int:
             return EXIT_OVERLOADED
         except ServerUnavailableError as exc:
             print(
-                f"error: Triton is not serving {args.model} at {args.url} (is the server up? "
+                f"error: Triton is not serving {called} at {args.url} (is the server up? "
                 f"`make serve` starts it): {exc}",
                 file=sys.stderr,
             )

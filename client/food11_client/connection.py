@@ -11,6 +11,7 @@ from pipeline_src import contract
 
 DEFAULT_URL = "127.0.0.1:8001"
 DEFAULT_MODEL = contract.ENSEMBLE
+DEFAULT_CLASSIFY_MODEL = contract.CLASSIFY_ENSEMBLE
 
 
 def channel_args(lb_policy: str = "round_robin") -> list[tuple[str, object]]:
@@ -38,8 +39,8 @@ def channel_args(lb_policy: str = "round_robin") -> list[tuple[str, object]]:
 
 
 class Connection:
-    """What both clients hold: the ensemble's name, the deadline, one gRPC channel (``_grpc``: tritonclient's
-    blocking or asyncio module) and the calls given up on."""
+    """What both clients hold: the ensembles' names (``model`` captions, ``classify_model`` labels alone), the
+    deadline, one gRPC channel (``_grpc``: tritonclient's blocking or asyncio module) and the calls given up on."""
 
     _grpc: Any
 
@@ -49,8 +50,10 @@ class Connection:
         model: str = DEFAULT_MODEL,
         timeout_s: float | None = None,
         lb_policy: str = "round_robin",
+        classify_model: str = DEFAULT_CLASSIFY_MODEL,
     ):
         self.model = model
+        self.classify_model = classify_model
         self.timeout_s = timeout_s
         self._client = self._grpc.InferenceServerClient(url, channel_args=channel_args(lb_policy))
         self._server_version: str | None = None

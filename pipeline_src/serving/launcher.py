@@ -13,12 +13,17 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from pipeline_src.contract import RESPONSES_CACHED_ENV
 from pipeline_src.serving import admin
 from pipeline_src.serving.errors import PortInUseError, ServerStartError, TritonStartError
+from pipeline_src.serving.model_control import chosen_model_control
 from pipeline_src.serving.ports import LOOPBACK, Ports, check_ports_free, free_port, free_ports, reachable_host
 from pipeline_src.serving.processes import spawn, stop_process, wait_for_http
+from pipeline_src.serving.repository_api import TritonRepositoryApi
+from pipeline_src.serving.response_cache import CachedEnsembles, cache_flags
 from pipeline_src.serving.triton_binary import bundled_command, bundled_library_path, path_with_python
 
 # serve.py, tests, benchmarks and deploy/ import these from here.
@@ -56,11 +61,14 @@ class TritonServer:
         steps_python: Path | None = None,
         admin_key: str | None = None,
         log_to_stdout: bool = False,
+        report: Callable[[str], None] = print,
     ):
         """``steps_python``: the interpreter of the environment the steps import from (a virtualenv holding the
         ``steps`` extra); by default this process's own. It must be the same Python version as this one.
         ``admin_key``: what a caller of Triton's admin APIs must present (``admin``); by default
-        FOOD11_TRITON_ADMIN_KEY, else a new one, which ``admin_http_headers`` and ``admin_grpc_headers`` carry."""
+        FOOD11_TRITON_ADMIN_KEY, else a new one, which ``admin_http_headers`` and ``admin_grpc_headers`` carry.
+        A ``--cache-config`` among ``extra_args`` turns on the response cache for every ensemble once the server is
+        ready (``response_cache``: it needs explicit model control); ``report`` says how that went."""
         self.model_repository = Path(model_repository).resolve()
         self.work_dir = Path(work_dir).resolve()
         self.ports = ports
@@ -72,7 +80,12 @@ class TritonServer:
         self.steps_python = Path(steps_python or sys.executable)
         self.admin_key = admin_key or admin.key_from_environment()
         self.log_to_stdout = log_to_stdout  # a container's log is its output: no file then
+        self.report = report
         self.process: subprocess.Popen | None = None
+
+    @property
+    def caches_responses(self) -> bool:
+        return bool(cache_flags(self.extra_args))
 
     @property
     def pid(self) -> int:
@@ -124,6 +137,10 @@ class TritonServer:
         env = dict(os.environ, PATH=path_with_python(self.steps_python))
         if not self.binary:  # the wheel's server: its stub embeds this Python (triton_binary says why)
             env["LD_LIBRARY_PATH"] = bundled_library_path()
+        if self.caches_responses:
+            env[RESPONSES_CACHED_ENV] = "1"
+        else:
+            env.pop(RESPONSES_CACHED_ENV, None)
         return env
 
     def start(self, ready_timeout_s: float = 300.0) -> TritonServer:
@@ -137,10 +154,26 @@ class TritonServer:
                 self.process = spawn(self.command(), env=self.environment(), stdout=log, stderr=subprocess.STDOUT)
         try:
             self.wait_until_ready(ready_timeout_s)
+            if self.caches_responses:
+                self.cache_ensembles()
         except BaseException:
             self.stop()
             raise
         return self
+
+    @property
+    def cached_ensembles(self) -> CachedEnsembles:
+        return CachedEnsembles(
+            self.model_repository, TritonRepositoryApi(self.http_url, self.admin_http_headers), self.report
+        )
+
+    def cache_ensembles(self) -> None:
+        """Every loaded ensemble at the repository's revision with the response cache on (response_cache.py)."""
+        mode = chosen_model_control(self.extra_args)
+        if mode != "explicit":
+            self.report(f"response cache: off: turning it on needs --model-control-mode=explicit, not {mode}")
+            return
+        self.cached_ensembles.refresh()
 
     def wait_until_ready(self, timeout_s: float) -> None:
         assert self.process is not None, "start() spawns the server first"

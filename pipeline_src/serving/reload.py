@@ -232,10 +232,14 @@ class StepReloader:
         triton: TritonRepositoryApi,
         packages: Mapping[str, Path] = DEFAULT_PACKAGES,
         report: Callable[[str], None] = print,
+        before_reload: Callable[[], object] | None = None,
+        after_reload: Callable[[], object] | None = None,
     ):
         self.watch = ChangeWatch(repository, packages)
         self.triton = triton
         self.report = report
+        self.before_reload = before_reload  # called before the changed models are asked to reload
+        self.after_reload = after_reload  # and once they were
         self.failed_reloads = 0  # Triton 2.51 then waits its whole exit timeout when it stops (serve.py says so)
         self._roots = [self.watch.repository, *(folder.parent for folder in packages.values())]
 
@@ -250,9 +254,13 @@ class StepReloader:
             self.report(f"reload: skipped, Triton's index did not answer: {unreachable}")
             return False
         folders = model_folders(self.watch.repository)
+        if self.before_reload is not None:
+            self.before_reload()
         # Steps first: an ensemble's new wiring may need its steps' new config.
         for model in sorted(affected, key=lambda name: (name in folders and is_ensemble(folders[name]), name)):
             self.reload(model, affected[model], folders.get(model), loaded)
+        if self.after_reload is not None:
+            self.after_reload()
         return True
 
     def reload(self, model: str, changed: list[Path], folder: Path | None, loaded: set[str]) -> None:

@@ -1,8 +1,9 @@
-"""Triton's model repository API over HTTP (load, unload, the ready models), with the admin key: what the
-reload watcher and the stub watchdog call. Standard library only."""
+"""Triton's model repository API over HTTP (load, unload, the ready models, a model's config), with the admin key:
+what the reload watcher, the stub watchdog and the response cache's loader call. Standard library only."""
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.parse
@@ -24,19 +25,37 @@ class TritonRepositoryApi:
             return response.read()
 
     def ready_models(self) -> set[str]:
-        return {entry["name"] for entry in json.loads(self._post("/v2/repository/index", {"ready": True}))}
+        return set(self.ready_versions())
 
-    def load(self, model: str) -> str | None:
-        """None when loaded, else Triton's reason."""
-        return self._model_action(model, "load")
+    def ready_versions(self) -> dict[str, set[str]]:
+        """The ready models, each with its ready versions."""
+        versions: dict[str, set[str]] = {}
+        for entry in json.loads(self._post("/v2/repository/index", {"ready": True})):
+            versions.setdefault(entry["name"], set()).add(str(entry.get("version", "")))
+        return versions
+
+    def model_config(self, model: str) -> dict:
+        """The loaded model's config as Triton answers it in JSON (config.pbtxt's field names)."""
+        url = f"{self.base_url}/v2/models/{urllib.parse.quote(model)}/config"
+        request = urllib.request.Request(url, None, self.headers)
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            return json.loads(response.read())
+
+    def load(self, model: str, config: str | None = None, files: dict[str, bytes] | None = None) -> str | None:
+        """None when loaded, else Triton's reason. ``config`` (JSON) overrides the config.pbtxt; ``files`` (path in
+        the model folder -> content), given with ``config``, stand for the model folder's files."""
+        parameters: dict[str, str] = {} if config is None else {"config": config}
+        for path, content in (files or {}).items():
+            parameters[f"file:{path}"] = base64.b64encode(content).decode()
+        return self._model_action(model, "load", {"parameters": parameters} if parameters else {})
 
     def unload(self, model: str) -> str | None:
         """None when unloaded (its stubs stopped, a dead or stopped one killed), else Triton's reason."""
         return self._model_action(model, "unload")
 
-    def _model_action(self, model: str, action: str) -> str | None:
+    def _model_action(self, model: str, action: str, body: dict | None = None) -> str | None:
         try:
-            self._post(f"/v2/repository/models/{urllib.parse.quote(model)}/{action}", {})
+            self._post(f"/v2/repository/models/{urllib.parse.quote(model)}/{action}", body or {})
         except urllib.error.HTTPError as refused:
             try:
                 return first_line_and_frame(str(json.loads(refused.read())["error"]))

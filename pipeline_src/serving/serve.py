@@ -35,6 +35,12 @@ from pipeline_src.serving.launcher import (
 from pipeline_src.serving.model_control import MODEL_CONTROL_FLAG, chosen_model_control, model_control_args
 from pipeline_src.serving.reload import DEFAULT_PACKAGES, StepReloader
 from pipeline_src.serving.repository_api import TritonRepositoryApi
+from pipeline_src.serving.response_cache import (
+    DEFAULT_RESPONSE_CACHE_MIB,
+    RESPONSE_CACHE_ENV,
+    cache_flags,
+    local_cache_args,
+)
 from pipeline_src.serving.supervisor import CrashLoop, RestartBudget, Supervisor
 from pipeline_src.serving.watchdog import NeedsAPerson, StubWatchdog
 
@@ -118,8 +124,21 @@ def parse_args(argv=None) -> argparse.Namespace:
         "ends this "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--response-cache-mib",
+        type=int,
+        default=int(os.environ.get(RESPONSE_CACHE_ENV, DEFAULT_RESPONSE_CACHE_MIB)),
+        help="Triton's local response cache, in MiB, for every ensemble: a photo asked again is answered from it "
+        "(docs/api.md, 'Answers from the cache'); 0: off; a --cache-config after -- (Redis, in NVIDIA's image) "
+        f"replaces it (default: %(default)s; {RESPONSE_CACHE_ENV})",
+    )
     parser.add_argument("extra", nargs="*", help="more tritonserver flags, after --")
     return parser.parse_args(argv)
+
+
+def cache_args(args) -> tuple[str, ...]:
+    """The local cache of --response-cache-mib, unless the tritonserver flags configure a cache themselves."""
+    return () if cache_flags(args.extra) else local_cache_args(args.response_cache_mib)
 
 
 def validate_or_exit(model_repository: Path) -> None:
@@ -163,6 +182,10 @@ def start_reloader(args, server: TritonServer) -> StepReloader | None:
         TritonRepositoryApi(server.http_url, server.admin_http_headers),
         packages,
         report=lambda line: print(line, flush=True),
+        # a reloaded step makes a new revision: the cached ensembles are uncached while it reloads, then move to
+        # the new revision (response_cache)
+        before_reload=server.cached_ensembles.uncache if server.caches_responses else None,
+        after_reload=server.cache_ensembles if server.caches_responses else None,
     )
     print(
         f"reload: on: a step is reloaded when its files or the code it imports change ({reloader.watch.watched_files} "
@@ -210,9 +233,10 @@ def main(argv=None) -> None:
             args.work_dir,
             ports,
             log_file=args.log_file,
-            extra_args=(*model_control_args(tuple(args.extra)), *args.extra),
+            extra_args=(*model_control_args(tuple(args.extra)), *cache_args(args), *args.extra),
             binary=args.tritonserver,
             address=args.host,
+            report=report,
         )
         key_file = admin.write_key_file(args.admin_key_file or args.work_dir / "admin-key", server.admin_key)
         print(

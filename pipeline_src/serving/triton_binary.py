@@ -49,10 +49,13 @@ def _install(source: Path, target: Path) -> None:
 
 
 def bundled_command(work_dir: Path) -> list[str]:
-    """The wheel's tritonserver and its backend directory, assembled under ``work_dir``."""
+    """The wheel's tritonserver, its backend directory (assembled under ``work_dir``) and its response caches
+    (only the local one: ``--cache-config local,size=N`` then finds it)."""
+    server_dir = _pytriton_dir() / "tritonserver"
     return [
-        str(_pytriton_dir() / "tritonserver" / "bin" / "tritonserver"),
+        str(server_dir / "bin" / "tritonserver"),
         f"--backend-directory={_bundled_backend_dir(work_dir)}",
+        f"--cache-directory={server_dir / 'caches'}",
     ]
 
 

@@ -12,6 +12,11 @@ does). Triton's log is the container's output. Settings, from the environment:
 - ``TRITON_ARGS``: more tritonserver flags, split on spaces; an ``--http-address`` there binds the HTTP, gRPC and
   metrics endpoints alike (default: every interface, as tritonserver's own).
 - ``FOOD11_MODEL_REPOSITORY``: the repository, ``/models`` by default.
+- ``FOOD11_RESPONSE_CACHE_MIB``: Triton's local response cache for the ensembles, in MiB (64; 0: off), unless
+  ``TRITON_ARGS`` has a ``--cache-config`` (Redis in NVIDIA's image): ``response_cache``.
+- ``FOOD11_BLIP``, ``FOOD11_CLASSIFIER``: the weights to serve, as `make serve`'s BLIP and CLASSIFIER; unset, what
+  the repository holds. Checked against its manifests before tritonserver starts, built there when they differ
+  and the image can build (``container_models``), else the container exits with the reason (status 64).
 
 SIGTERM (``docker stop``, Kubernetes) or SIGINT stops tritonserver cleanly.
 """
@@ -29,10 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline_src.serving import admin
+from pipeline_src.serving.container_models import ModelsNotServable, RequestedModels, ensure_models
 from pipeline_src.serving.errors import ServerStartError
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.model_control import model_control_args
 from pipeline_src.serving.repository_api import TritonRepositoryApi
+from pipeline_src.serving.response_cache import (
+    DEFAULT_RESPONSE_CACHE_MIB,
+    RESPONSE_CACHE_ENV,
+    cache_flags,
+    local_cache_args,
+)
 from pipeline_src.serving.supervisor import CrashLoop, Supervisor
 from pipeline_src.serving.watchdog import NeedsAPerson, StubWatchdog
 
@@ -47,6 +59,7 @@ class ContainerSettings:
     address: str
     extra_args: tuple[str, ...]  # after the launcher's own: model control, the config name, TRITON_ARGS
     model_repository: Path
+    models: RequestedModels
 
 
 def settings_from(environ: MutableMapping[str, str]) -> ContainerSettings:
@@ -57,8 +70,11 @@ def settings_from(environ: MutableMapping[str, str]) -> ContainerSettings:
     triton_args = environ.get("TRITON_ARGS", "").split()
     addresses = {kind: value for argument in triton_args for kind, value in ADDRESS_FLAG.findall(argument)}
     config = environ.get("TRITON_CONFIG", "")
+    cache_mib = int(environ.get(RESPONSE_CACHE_ENV, DEFAULT_RESPONSE_CACHE_MIB))
     extra = (
         *([f"--model-config-name={config}"] if config else []),
+        # Triton's local response cache, unless TRITON_ARGS configure one (Redis: docs/deployment.md)
+        *(() if cache_flags(triton_args) else local_cache_args(cache_mib)),
         *(argument for argument in triton_args if not ADDRESS_FLAG.fullmatch(argument)),
     )
     return ContainerSettings(
@@ -66,6 +82,7 @@ def settings_from(environ: MutableMapping[str, str]) -> ContainerSettings:
         address=addresses.get("http", EVERY_INTERFACE),
         extra_args=(*model_control_args(extra), *extra),
         model_repository=Path(environ.get("FOOD11_MODEL_REPOSITORY", "/models")),
+        models=RequestedModels.from_environ(environ),
     )
 
 
@@ -85,6 +102,11 @@ def main() -> None:
     try:
         settings = settings_from(os.environ)
     except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_BAD_SETTING)
+    try:
+        ensure_models(settings.model_repository, settings.models, report)
+    except ModelsNotServable as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(EXIT_BAD_SETTING)
     binary = shutil.which("tritonserver")

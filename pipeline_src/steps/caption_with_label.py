@@ -72,6 +72,9 @@ class CaptionWithLabel:
     warn: Callable[[str], None]  # the step's logger: a captioner's failure is logged, not only answered
     # The config's outputs (with their data_type inside Triton): an answer holds these, one row per photo.
     declared_outputs: Collection[str] | Mapping[str, str] = OUTPUTS
+    # Refuse (UNAVAILABLE) a request whose caption failed instead of answering an empty one: where Triton caches
+    # answers, an empty caption would be served again for as long as the entry lives (settings.on_caption_failure).
+    refuse_failed_captions: bool = False
 
     async def answer(
         self, probabilities: np.ndarray, call_captioner: CaptionerCall, time_left_us: int = 0
@@ -90,6 +93,8 @@ class CaptionWithLabel:
             # Overload is the caller's to handle (retry later, elsewhere): refuse the request as the
             # captioner refused its call, rather than answer without a caption.
             raise Refused(f"the captioner is over capacity ({failure}): retry later", "UNAVAILABLE")
+        if failure and self.refuse_failed_captions:
+            raise Refused(f"no caption ({failure}): retry later", "UNAVAILABLE")
         outputs = {
             CAPTION: bytes_rows(captions),
             CAPTION_STATUS: bytes_rows([failure or status for status in plans.statuses]),

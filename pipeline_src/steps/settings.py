@@ -205,6 +205,11 @@ class CaptionWithLabelSettings(StepSettings):
     # The longest wait for a caption. A request that carries its caller's time left (Triton's request
     # timeout) waits that long instead when it is shorter: this bounds the callers that say nothing.
     caption_timeout_ms: int = 300_000
+    # When the captioner fails or is too slow: answer the label with an empty caption and a status saying why
+    # (empty_caption), or refuse the request, UNAVAILABLE, for the caller to retry (refuse). auto: refuse where
+    # Triton caches the ensemble's answers (an empty caption would be served again), else empty_caption.
+    on_caption_failure: str = "auto"
+    ON_CAPTION_FAILURE: ClassVar[tuple[str, ...]] = ("auto", "empty_caption", "refuse")
 
     # model.py builds its captioner request from this; food11-validate checks it against the captioner.
     CAPTIONER_CALL: ClassVar[BlsCall] = BlsCall(
@@ -222,6 +227,14 @@ class CaptionWithLabelSettings(StepSettings):
         _require("{label}" in self.prompt_template, "prompt_template must contain {label}")
         _require(0.0 <= self.confidence_threshold <= 1.0, "confidence_threshold must lie in [0, 1]")
         _require(self.caption_timeout_ms > 0, "caption_timeout_ms must be positive")
+        _require(
+            self.on_caption_failure in self.ON_CAPTION_FAILURE,
+            f"on_caption_failure must be one of {self.ON_CAPTION_FAILURE}",
+        )
+
+    def refuses_failed_captions(self, responses_cached: bool) -> bool:
+        """Whether a request whose caption failed is refused rather than answered with an empty caption."""
+        return self.on_caption_failure == "refuse" or (self.on_caption_failure == "auto" and responses_cached)
 
     def caption_wait_ms(self, request_timeout_us: int) -> int:
         """How long to wait for the captioner: the caller's time left (0: unset), at most

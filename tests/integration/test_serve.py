@@ -1,9 +1,12 @@
 """scripts/serve.py: Triton (and the API) ready on the ports asked for, on loopback only, Triton's admin APIs
 behind a key written for this user alone; a quiet, clean
-stop on Ctrl-C, SIGTERM or SIGHUP; no server outliving serve.py, even SIGKILLed; taken ports named."""
+stop on Ctrl-C, SIGTERM or SIGHUP; no server outliving serve.py, even SIGKILLed; taken ports named; a repeated photo
+answered from the response cache."""
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -15,6 +18,7 @@ import psutil
 import pytest
 from helpers import post_json_status, serve_command
 
+from food11_client import Food11Client
 from pipeline_src.serving import admin
 from pipeline_src.serving.launcher import free_port, free_ports
 
@@ -148,3 +152,31 @@ def test_a_broken_repository_is_refused_before_tritonserver_starts(model_reposit
     assert not (tmp_path / "server.log").exists()  # tritonserver never ran: it would have written its log
     with pytest.raises(OSError):
         get_status(f"http://127.0.0.1:{ports.http}/v2/health/live")
+
+
+def test_make_serve_answers_a_repeated_photo_from_the_response_cache(model_repository, tmp_path, photos):
+    """serve.py's default cache (the helpers turn it off for the fault tests: a later flag wins)."""
+    ports = free_ports()
+    command = serve_command(model_repository, tmp_path, ports, "--no-api", "--response-cache-mib", "8")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        said = []
+        for line in process.stdout:
+            said.append(line)
+            if "Ctrl-C stops everything" in line or "error" in line.lower():
+                break
+        (version,) = re.findall(r"response cache: food11_pipeline cached, at version (\d+)", "".join(said))
+        with Food11Client(f"127.0.0.1:{ports.grpc}") as client:
+            (first,) = client.caption([photos["apple.jpg"]])
+            (again,) = client.caption([photos["apple.jpg"]])
+        assert again == first
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{ports.http}/v2/models/food11_pipeline/versions/{version}/stats"
+        ) as response:
+            (stats,) = json.loads(response.read())["model_stats"]
+        assert stats["inference_stats"]["cache_hit"]["count"] == 1
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()

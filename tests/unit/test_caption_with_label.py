@@ -136,6 +136,28 @@ def test_captioner_error_answers_its_message_and_is_logged():
     assert warnings == ["captioner failed: out of memory"]
 
 
+def test_where_answers_are_cached_a_failed_caption_refuses_the_request_instead():
+    step = CaptionWithLabel(CaptionWithLabelSettings(), [].append, refuse_failed_captions=True)
+    with pytest.raises(Refused) as refused:
+        answer(step, [CONFIDENT_BREAD], FakeCaptioner(failing_with("out of memory")))
+    assert refused.value.code == "UNAVAILABLE"
+    assert str(refused.value) == f"no caption ({CaptionStatus.CAPTIONER_ERROR.value}: out of memory): retry later"
+
+
+@pytest.mark.parametrize(
+    ("setting", "cached", "refuses"),
+    [
+        ("auto", False, False),
+        ("auto", True, True),
+        ("empty_caption", True, False),
+        ("refuse", False, True),
+    ],
+)
+def test_on_caption_failure_auto_refuses_only_where_answers_are_cached(setting, cached, refuses):
+    settings = CaptionWithLabelSettings(on_caption_failure=setting)
+    assert settings.refuses_failed_captions(responses_cached=cached) is refuses
+
+
 @pytest.mark.parametrize("refusal", QUEUE_REFUSALS)
 def test_overload_refuses_the_request_as_unavailable(refusal):
     with pytest.raises(Refused) as refused:

@@ -9,11 +9,11 @@ import pytest
 from fastapi.routing import APIRoute
 
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.contract import CORE_OUTPUTS, ENSEMBLE
+from pipeline_src.contract import CLASSIFY_ENSEMBLE, CORE_OUTPUTS, ENSEMBLE
 from pipeline_src.repository.loading import parse_config
 
 REPOSITORY = PROJECT_ROOT / "model_repository"
-SHIPPED_ENSEMBLES = (ENSEMBLE, "food11_pipeline_topk")
+SHIPPED_ENSEMBLES = (ENSEMBLE, "food11_pipeline_topk", CLASSIFY_ENSEMBLE)
 ARCHITECTURE = (PROJECT_ROOT / "docs" / "architecture.md").read_text()
 API = (PROJECT_ROOT / "docs" / "api.md").read_text()
 

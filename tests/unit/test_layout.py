@@ -32,7 +32,12 @@ ALLOWED = {
     "pipeline_src.provenance": {"pipeline_src"},
     "pipeline_src.model_build": {"pipeline_src", "pipeline_src.steps", "pipeline_src.provenance"},
     "pipeline_src.repository": {"pipeline_src", "pipeline_src.steps", "pipeline_src.provenance"},
-    "pipeline_src.serving": {"pipeline_src", "pipeline_src.repository", "pipeline_src.steps"},
+    "pipeline_src.serving": {
+        "pipeline_src",
+        "pipeline_src.repository",
+        "pipeline_src.steps",
+        "pipeline_src.provenance",
+    },
     "model_repository": {"pipeline_src", "pipeline_src.steps", "pipeline_src.provenance"},
     "food11_client": {"pipeline_src"},  # the wire contract (pipeline_src/contract.py) only
     "food11_api": {"pipeline_src", "pipeline_src.provenance", "food11_client"},

@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.contract import CORE_OUTPUTS, ENSEMBLE
+from pipeline_src.contract import CLASSIFY_ENSEMBLE, CLASSIFY_OUTPUTS, CORE_OUTPUTS, ENSEMBLE
 from pipeline_src.steps import settings
 from pipeline_src.steps.top_labels import TopLabelsSettings, check_output_dims
 
@@ -43,10 +43,11 @@ PIPELINE_ENSEMBLES = (ENSEMBLE, "food11_pipeline_topk")  # both answer the wire 
 
 
 def test_the_repository_holds_the_pipelines_steps_and_ensembles():
-    """Frozen on purpose: the pipeline's steps and its two ensembles (a repository may hold more)."""
-    missing = sorted((set(PIPELINE_STEPS) | set(PIPELINE_ENSEMBLES)) - set(CONFIGS))
+    """Frozen on purpose: the pipeline's steps, its two ensembles and the classify one (a repository may hold
+    more)."""
+    missing = sorted((set(PIPELINE_STEPS) | {*PIPELINE_ENSEMBLES, CLASSIFY_ENSEMBLE}) - set(CONFIGS))
     assert not missing, f"the pipeline's own models {missing} are missing from {REPOSITORY}"
-    assert set(PIPELINE_ENSEMBLES) <= set(ENSEMBLES)
+    assert {*PIPELINE_ENSEMBLES, CLASSIFY_ENSEMBLE} <= set(ENSEMBLES)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -172,3 +173,13 @@ def test_warm_up_requests_fit_their_step(name):
         if data.input_data_file:
             raw = (REPOSITORY / name / "warmup" / data.input_data_file).read_bytes()
             assert int.from_bytes(raw[:4], "little") == len(raw) - 4  # one BYTES element: length, then bytes
+
+
+def test_the_classify_ensemble_declares_the_label_outputs_alone_as_the_pipeline_does():
+    """What client.classify reads (contract.CLASSIFY_OUTPUTS), typed as food11_pipeline types them, and nothing
+    more: every output of a cached ensemble is named by its callers (docs/api.md, "Answers from the cache")."""
+    config = CONFIGS[CLASSIFY_ENSEMBLE]
+    pipeline = tensors(CONFIGS[ENSEMBLE].output)
+    assert tensors(config.output) == {name: pipeline[name] for name in CLASSIFY_OUTPUTS}
+    assert tensors(config.input) == tensors(CONFIGS[ENSEMBLE].input)
+    assert config.max_batch_size == CONFIGS[ENSEMBLE].max_batch_size

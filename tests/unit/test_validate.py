@@ -537,3 +537,10 @@ def test_the_ensemble_keeps_the_wire_contracts_outputs(repo):
     report = validate_repository(repo)
     problem(report, ENSEMBLE, "declares no CAPTION_STATUS", "wire contract", "pipeline_src/contract.py")
     problem(report, ENSEMBLE, "PROBABILITY is TYPE_FP64 [1], the wire contract's is TYPE_FP32 [1]")
+
+
+def test_the_classify_ensemble_keeps_the_label_outputs_of_the_wire_contract(repo):
+    classify = "food11_classify"  # what client.classify reads
+    edit(config(repo, classify), '"PROBABILITY", data_type: TYPE_FP32', '"PROBABILITY", data_type: TYPE_FP64')
+    report = validate_repository(repo)
+    problem(report, classify, "PROBABILITY is TYPE_FP64 [1], the wire contract's is TYPE_FP32 [1]")

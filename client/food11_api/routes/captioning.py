@@ -1,5 +1,5 @@
 """POST /caption (an upload) and POST /predict (the course's base64 JSON): one photo through the pipeline;
-POST /classify: its label only, without the captioning's cost."""
+POST /classify: its label only, from the classify ensemble, without the captioning's cost."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from fastapi.routing import APIRoute
 
 from food11_api.dependencies import Answers, Client
 from food11_api.disconnect import unless_disconnected
+from food11_api.ensemble_graph import EnsembleCall
 from food11_api.errors import ERROR_RESPONSES
 from food11_api.metrics import ModelAnswers
 from food11_api.schemas import CaptionResponse, ClassifyResponse, PredictRequest, PredictResponse, ServedModelInfo
+from food11_api.settings import ApiSettings
 from food11_client import AsyncFood11Client, CaptionResult
 from pipeline_src.contract import CLASSIFY_OUTPUTS
 
@@ -74,8 +76,8 @@ async def predict(
     "/classify",
     response_model=ClassifyResponse,
     summary="Label an uploaded photo, without a caption",
-    description="The Food-11 label and its probability. The pipeline runs only the steps they need (no vision "
-    "encoder, no captioner): milliseconds where /caption takes seconds.",
+    description="The Food-11 label and its probability, from the classify ensemble: preprocess, classifier and "
+    "label, no vision encoder, no captioner: milliseconds where /caption takes seconds.",
 )
 async def classify(
     photo: Annotated[UploadFile, File(description="JPEG, PNG, WebP, BMP or GIF")],
@@ -112,10 +114,15 @@ def _answer_fields(result: CaptionResult) -> dict[str, Any]:
 
 # The requests that cost model time: the adaptive in-flight limit (AdmissionMiddleware) counts these.
 CAPTIONING_PATHS = frozenset(route.path for route in router.routes if isinstance(route, APIRoute))
-# The outputs each asks the ensemble for (None: every output it declares, as caption() does): the models it
-# needs follow from them (ensemble_graph.py), for refusing it at once while one is not ready and /readyz?route=.
-REQUESTED_OUTPUTS: dict[str, tuple[str, ...] | None] = {
-    "/caption": None,
-    "/predict": None,
-    "/classify": CLASSIFY_OUTPUTS,
-}
+
+
+def ensemble_calls(settings: ApiSettings) -> dict[str, EnsembleCall]:
+    """By route, the ensemble it calls and the outputs it names (None: every output the ensemble declares, as
+    caption() asks): the models it needs follow from them (ensemble_graph.py), for refusing it at once while one
+    is not ready and for /readyz?route=."""
+    caption = EnsembleCall(settings.model_name)
+    return {
+        "/caption": caption,
+        "/predict": caption,
+        "/classify": EnsembleCall(settings.classify_model_name, CLASSIFY_OUTPUTS),
+    }

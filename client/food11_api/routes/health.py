@@ -1,5 +1,5 @@
-"""GET /healthz (the process) and /readyz (Triton, the ensemble and every model it is built from): the probes,
-open without a caller key."""
+"""GET /healthz (the process) and /readyz (Triton, the ensembles the API calls and every model they are built
+from): the probes, open without a caller key."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from fastapi.routing import APIRoute
 
 from food11_api.dependencies import Settings
 from food11_api.errors import NOT_READY, error_body
-from food11_api.routes.captioning import REQUESTED_OUTPUTS
 from food11_api.schemas import Health
 
 router = APIRouter(tags=["health"])
 
-# The routes /readyz?route= answers for (tests/unit/test_step_health.py holds it to REQUESTED_OUTPUTS).
+# The routes /readyz?route= answers for (tests/unit/test_step_health.py holds it to captioning.ensemble_calls).
 ProbedRoute = Literal["/caption", "/predict", "/classify"]
 
 
@@ -29,10 +28,10 @@ async def healthz() -> Health:
     "/readyz",
     response_model=Health,
     responses=NOT_READY,
-    summary="Triton is up, and the ensemble and every model it is built from are ready",
+    summary="Triton is up, and the ensembles the API calls and every model they are built from are ready",
     description="From the API's last look at Triton (about once a second; FOOD11_API_STEP_HEALTH_INTERVAL_S): "
     "503 names each model that is not ready. With `route`, only the models that route needs: "
-    "`/readyz?route=/classify` is 200 while the captioner is down.",
+    "`/readyz?route=/classify` is 200 while the captioner or the vision encoder is down.",
 )
 async def readyz(
     request: Request,
@@ -43,7 +42,8 @@ async def readyz(
     ] = None,
 ) -> Health | JSONResponse:
     readiness = await request.app.state.step_health.current()
-    why = readiness.why_not_ready(settings.triton_url, None if route is None else REQUESTED_OUTPUTS[route])
+    call = None if route is None else request.app.state.ensemble_calls[route]
+    why = readiness.why_not_ready(settings.triton_url, call)
     if why is None:
         return Health(status="ok")
     # Answered, not raised: a probe polls this while Triton is down, and that is no error to log.

@@ -1,4 +1,4 @@
-"""GET /models: the ensemble the API calls and the models it is built from, each with Triton's state and its
+"""GET /models: the ensembles the API calls and the models they are built from, each with Triton's state and its
 build's manifest, from the APIs Triton opens to every caller (its repository index is an admin API). Not a
 probe (it asks Triton for each model and every manifest), so with caller keys on it needs a key, as the
 captioning routes do."""
@@ -25,13 +25,13 @@ router = APIRouter(tags=["health"])
     "/models",
     response_model=list[ModelState],
     responses=TRITON_DOWN,
-    summary="The ensemble and the models it is built from, each with its state and its build's manifest",
+    summary="The ensembles and the models they are built from, each with its state and its build's manifest",
 )
 async def models(client: Client) -> list[ModelState]:
     steps, manifests = await asyncio.gather(client.ensemble_steps(), _manifests(client))
     by_model = {manifest["model"]: manifest for manifest in manifests}
     # The models with a manifest include the ones a step calls by BLS (the captioner), which no ensemble names.
-    names = dict.fromkeys([client.model, *steps, *by_model, MANIFESTS_MODEL])
+    names = dict.fromkeys([client.model, client.classify_model, *steps, *by_model, MANIFESTS_MODEL])
     states = await asyncio.gather(*(client.model_state(name) for name in names))
     return [ModelState(**state, manifest=by_model.get(state["name"])) for state in states]
 

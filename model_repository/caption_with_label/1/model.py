@@ -2,9 +2,11 @@
 pipeline_src.steps.caption_with_label, handed the captioner call (pipeline_src.steps.captioner_bls)."""
 
 import asyncio
+import os
 
 import triton_python_backend_utils as pb_utils
 
+from pipeline_src.contract import RESPONSES_CACHED_ENV
 from pipeline_src.steps.caption_with_label import PROBABILITIES, CaptionWithLabel, Refused
 from pipeline_src.steps.captioner_bls import captioner_for
 from pipeline_src.steps.settings import CaptionWithLabelSettings
@@ -16,7 +18,10 @@ class TritonPythonModel:
         self.step = StepContext(args)
         settings = CaptionWithLabelSettings.from_model_config(self.step.config)
         warn = lambda message: self.step.logger.log_warn(f"{self.step.name}: {message}")  # noqa: E731
-        self.logic = CaptionWithLabel(settings, warn, declared_outputs=self.step.outputs)
+        cached = os.environ.get(RESPONSES_CACHED_ENV) == "1"  # set by the launcher of a server that caches answers
+        self.logic = CaptionWithLabel(
+            settings, warn, self.step.outputs, refuse_failed_captions=settings.refuses_failed_captions(cached)
+        )
 
     async def execute(self, requests):
         # The captioner calls of all requests are in flight at once; its dynamic batcher merges them.

@@ -1,0 +1,116 @@
+"""Triton's response cache for the repository's ensembles, keyed so that a cached answer never outlives the models
+and code that made it.
+
+Triton (2.51 and NVIDIA's 25.08 alike: core ``cache_manager.cc``, ``TritonCache::Hash``) keys a cached answer on
+the model's name, its version and the bytes of its inputs, and never drops an entry but to make room: no
+invalidation on reload, no time to live. An ensemble's key names the ensemble's version, not its steps'; so a
+captioner reloaded with new weights or code would keep answering old captions from the cache, and a Redis cache
+shared by replicas serving other weights would answer theirs. Hence no ``config.pbtxt`` enables the cache: it is
+turned on here, for each loaded ensemble, by loading the ensemble at a version number that is the repository's
+*revision* (a digest of every model folder's files and the step code they import, ``reload.ChangeWatch``'s view)
+with ``response_cache { enable: true }`` in a config override. A change anywhere makes a new revision, so old
+entries are never looked up again (the local cache's LRU lets them go); replicas with the same files agree on it.
+
+Only whole answers may be cached: the caption step refuses a request whose caption failed rather than answer an
+empty caption when it runs in a server that caches (``contract.RESPONSES_CACHED_ENV``, set by the launcher), and
+a caller names all of a cached ensemble's outputs or none (the key ignores which were asked for).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline_src.serving.reload import DEFAULT_PACKAGES, ChangeWatch, is_ensemble, model_folders
+from pipeline_src.serving.repository_api import TritonRepositoryApi
+
+CACHE_CONFIG_FLAG = "--cache-config"
+RESPONSE_CACHE_ENV = "FOOD11_RESPONSE_CACHE_MIB"  # make serve's and the Triton image's setting
+DEFAULT_RESPONSE_CACHE_MIB = 64  # a pipeline answer is about 1.5 KB: tens of thousands of photos
+REVISION_FILE = "REVISION"  # the version folder of the override holds this one file: the revision's digest
+SMALL_FILE_BYTES = 1 << 20  # configs, code, manifests, tokenizers: by content; weights: by size and mtime
+MIB = 1 << 20
+
+
+def cache_flags(extra_args: Sequence[str]) -> list[str]:
+    return [argument for argument in extra_args if argument.split("=", 1)[0] == CACHE_CONFIG_FLAG]
+
+
+def local_cache_args(size_mib: int) -> tuple[str, ...]:
+    """Triton's local (in-process, LRU) cache of ``size_mib`` MiB; none for 0."""
+    return (f"{CACHE_CONFIG_FLAG}=local,size={size_mib * MIB}",) if size_mib > 0 else ()
+
+
+@dataclass(frozen=True)
+class Revision:
+    digest: str  # sha256 over the repository's files and step code
+
+    @property
+    def version(self) -> int:
+        """A model version number from the digest: positive, 31 bits, never 1 (the folders on disk)."""
+        return int(self.digest[:8], 16) % (2**31 - 2) + 2
+
+
+def repository_revision(repository: Path, packages: Mapping[str, Path] = DEFAULT_PACKAGES) -> Revision:
+    """Every file of every model folder and the step code they import. Large files by size and modification time
+    (hashing gigabytes of weights at each start would be slow; a rebuilt or copied file counts as changed, so
+    this errs towards a miss, never a stale hit)."""
+    watch = ChangeWatch(repository, packages)
+    roots = [watch.repository, *(folder.parent for folder in packages.values())]
+    digest = hashlib.sha256()
+    for path, (mtime_ns, size) in sorted(watch.scan().snapshot.items()):
+        root = next((root for root in roots if path.is_relative_to(root)), path.parent)
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() if size <= SMALL_FILE_BYTES else f"{size}:{mtime_ns}".encode())
+        digest.update(b"\0")
+    return Revision(digest.hexdigest())
+
+
+@dataclass
+class CachedEnsembles:
+    """Loads each loaded ensemble at the repository's revision with the response cache on: at start (and each
+    restart) of a tritonserver that caches, and after a step is reloaded. Before a step is reloaded, ``uncache``
+    loads the ensembles as their folders have them (uncached): in between, an answer of the new step must not be
+    stored under the old revision, nor the old step's answers looked up."""
+
+    repository: Path
+    triton: TritonRepositoryApi
+    report: Callable[[str], None] = print
+    packages: Mapping[str, Path] = field(default_factory=lambda: dict(DEFAULT_PACKAGES))
+
+    def refresh(self) -> dict[str, str | None]:
+        """By ensemble: None when it is now served at the revision with the cache on, else why not."""
+        revision = repository_revision(self.repository, self.packages)
+        loaded = self.triton.ready_versions()
+        outcome: dict[str, str | None] = {}
+        for name, folder in model_folders(self.repository).items():
+            if not is_ensemble(folder) or name not in loaded:
+                continue
+            if str(revision.version) in loaded[name]:
+                outcome[name] = None
+                continue
+            outcome[name] = error = self.load_cached(name, revision)
+            version = f"version {revision.version} (revision {revision.digest[:12]})"
+            if error is None:
+                self.report(f"response cache: {name} cached, at {version}")
+            else:
+                self.report(f"response cache: {name} NOT cached at {version}, it keeps serving uncached: {error}")
+        return outcome
+
+    def uncache(self) -> None:
+        loaded = self.triton.ready_models()
+        for name, folder in model_folders(self.repository).items():
+            if is_ensemble(folder) and name in loaded and (error := self.triton.load(name)) is not None:
+                self.report(f"response cache: {name} could not be loaded uncached before a reload: {error}")
+
+    def load_cached(self, ensemble: str, revision: Revision) -> str | None:
+        try:
+            config = self.triton.model_config(ensemble)
+        except OSError as exc:
+            return f"its config could not be read: {exc}"
+        config["response_cache"] = {"enable": True}
+        files = {f"{revision.version}/{REVISION_FILE}": f"{revision.digest}\n".encode()}
+        return self.triton.load(ensemble, config=json.dumps(config), files=files)
