@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""``make tune``: Triton Model Analyzer picks each step's configuration for this machine, under a latency budget.
+
+1. Model Analyzer (pinned, its own virtualenv: ``benchmarks/tuning/analyzer_tool.py``) sweeps each step it can
+   profile alone (instance count, max batch size, queue delay, ONNX Runtime's ``intra_op_threads``; CPU
+   only) on the project's tritonserver and perf_analyzer, fed with scripts/perf_input.py's data.
+2. Per step, the highest throughput whose p99 is within the budget is chosen and written into a copy of the
+   repository (default build/tuned_repository/), which food11-validate must accept.
+3. The ensemble, which Model Analyzer cannot profile (an ensemble of 5 steps with a BLS step), is measured with
+   perf_analyzer on the untuned and the tuned repository in the same run.
+The report (markdown and JSON, with the commit and the machine) goes to benchmarks/results/<name>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.lib.photos import varied_photos
+from benchmarks.lib.results import (
+    RESULTS_DIR,
+    collect_provenance,
+    parse_benchmark_args,
+    portable_path,
+    write_results,
+)
+from benchmarks.profiling import perf_analyzer
+from benchmarks.profiling.perf_input import write_input_data
+from benchmarks.tuning import analyzer_tool
+from benchmarks.tuning.analyzer_config import Measuring, RunPaths, profile_config, write_profile_config
+from benchmarks.tuning.ensemble_check import analyzer_limits, measure_repository
+from benchmarks.tuning.measurements import Measured, choose, read_measurements
+from benchmarks.tuning.report import markdown
+from benchmarks.tuning.server_launch import local_launch
+from benchmarks.tuning.sweep import StepPlan, Sweep, plan_steps
+from benchmarks.tuning.tuned_repository import write_tuned_repository
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.contract import ENSEMBLE
+from pipeline_src.serving.launcher import free_ports
+
+# The steps Model Analyzer can profile alone: not the ensembles, not the BLS step (caption_with_label, whose
+# captions come from the captioner), not label (microseconds of work).
+STEPS = ("preprocess", "classifier", "vision_encoder", "captioner")
+DEFAULTS = Sweep()
+
+
+def _budget(text: str) -> tuple[str, float]:
+    step, equals, ms = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"{text!r}: STEP=MILLISECONDS")
+    return step, float(ms)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--install", action="store_true", help="install Model Analyzer's virtualenv and stop")
+    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository")
+    parser.add_argument("--steps", nargs="+", default=list(STEPS), help="default: %(default)s")
+    parser.add_argument(
+        "--latency-budget-ms", type=float, help="p99 budget of every step, in ms (default: none, highest throughput)"
+    )
+    parser.add_argument("--step-budget", type=_budget, action="append", default=[], metavar="STEP=MS")
+    parser.add_argument("--instance-counts", type=int, nargs="+", default=list(DEFAULTS.instance_counts))
+    parser.add_argument("--max-batch-sizes", type=int, nargs="+", default=list(DEFAULTS.max_batch_sizes))
+    parser.add_argument("--queue-delays-us", type=int, nargs="+", default=list(DEFAULTS.queue_delays_us))
+    parser.add_argument("--intra-op-threads", type=int, nargs="+", default=list(DEFAULTS.intra_op_threads))
+    parser.add_argument("--concurrency", type=int, nargs="+", default=list(DEFAULTS.concurrency))
+    parser.add_argument("--requests-per-window", type=int, default=Measuring.requests_per_window)
+    parser.add_argument("--stability-percentage", type=int, default=Measuring.stability_percentage)
+    parser.add_argument("--photos", type=int, default=6, help="distinct photos in the input data")
+    parser.add_argument("--ensemble", default=ENSEMBLE)
+    parser.add_argument(
+        "--ensemble-concurrency", type=int, nargs="*", default=[1, 4], help="none: the ensemble is not measured"
+    )
+    parser.add_argument("--tuned-repository", type=Path, default=PROJECT_ROOT / "build" / "tuned_repository")
+    parser.add_argument("--scratch", type=Path, default=PROJECT_ROOT / "build" / "tune")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--name", default="tune", help="results file names, without extension")
+    argv = sys.argv[1:] if argv is None else argv
+    if "--install" in argv:  # nothing is measured: the tree's state does not matter
+        return parser.parse_args(argv)
+    return parse_benchmark_args(parser, argv)
+
+
+def run_analyzer(paths: RunPaths) -> float:
+    """``model-analyzer profile``, its output shown and kept in its log; returns the seconds it took."""
+    started = time.monotonic()
+    with open(paths.log, "w", buffering=1) as log:  # line-buffered: the log can be followed while it runs
+        process = subprocess.Popen(
+            [str(analyzer_tool.binary()), "profile", "-f", str(paths.config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.write(line)
+            if line.startswith("[Model Analyzer] Profiling") or "Error" in line or "ERROR" in line:
+                print(line, end="", flush=True)
+        code = process.wait()
+    if code != 0:
+        tail = "\n".join(paths.log.read_text().splitlines()[-25:])
+        raise SystemExit(f"model-analyzer exited {code}; the end of {paths.log}:\n{tail}")
+    return time.monotonic() - started
+
+
+def prune_variant_copies(variants: Path) -> None:
+    """Model Analyzer copies each step's folder once (the captioner's: gigabytes); only the configs are read."""
+    for folder in variants.iterdir():
+        for item in folder.iterdir():
+            if item.name != "config.pbtxt":
+                if item.is_dir() and not item.is_symlink():
+                    shutil.rmtree(item)
+                else:
+                    item.unlink()
+
+
+def budgets(args, steps) -> dict[str, float]:
+    chosen = {step: args.latency_budget_ms for step in steps if args.latency_budget_ms is not None}
+    return chosen | dict(args.step_budget)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.install:
+        print(f"Model Analyzer {analyzer_tool.install()} in {analyzer_tool.TOOL_DIR}")
+        return
+    provenance = collect_provenance()
+    version = analyzer_tool.install()
+    perf_analyzer.library_path()  # raises, saying how to install it, when perf_analyzer is missing
+    perf_analyzer_path = Path(sys.executable).parent / "food11-perf-analyzer"
+    repository = args.repository.resolve()
+    sweep = Sweep(
+        tuple(args.instance_counts),
+        tuple(args.max_batch_sizes),
+        tuple(args.queue_delays_us),
+        tuple(args.intra_op_threads),
+        tuple(args.concurrency),
+    )
+    plans = plan_steps(repository, args.steps, sweep)
+    _say_plan(plans)
+    photos = varied_photos(args.photos)
+    inputs = write_input_data(repository, photos, args.scratch / "perf_input")
+    if unfed := [plan.step for plan in plans if plan.step not in inputs]:
+        raise SystemExit(f"no perf_analyzer input data for {unfed}: scripts/perf_input.py says why")
+    paths = RunPaths(args.scratch / "model_analyzer")
+    shutil.rmtree(paths.root, ignore_errors=True)  # a checkpoint left there would be resumed, not measured anew
+    measuring = Measuring(args.requests_per_window, args.stability_percentage)
+    step_budgets = budgets(args, args.steps)
+    config = profile_config(
+        repository,
+        plans,
+        inputs,
+        local_launch(args.scratch / "triton"),
+        perf_analyzer_path,
+        paths,
+        free_ports(),
+        sweep.concurrency,
+        step_budgets,
+        measuring,
+    )
+    write_profile_config(config, paths)
+    print(f"model-analyzer profile -f {paths.config} (log: {paths.log})", flush=True)
+    seconds = run_analyzer(paths)
+    measured = read_measurements(paths.inference_csv, paths.variants)
+    prune_variant_copies(paths.variants)
+    choices = [choose(plan.step, measured) for plan in plans]
+    report = write_tuned_repository(repository, args.tuned_repository.resolve(), choices)
+    print(report.summary(), flush=True)
+
+    result = {
+        "model_analyzer": version,
+        "tritonserver": f"2.51 from nvidia-pytriton {importlib.metadata.version('nvidia-pytriton')}",
+        "repository": portable_path(repository),
+        "tuned_repository": portable_path(args.tuned_repository.resolve()),
+        "validation": report.summary(),
+        "photos": len(photos),
+        "budgets_ms": step_budgets,
+        "sweep": {key: list(value) for key, value in sweep.__dict__.items()},
+        "measuring": measuring.__dict__,
+        "analyzer_seconds": seconds,
+        "notes": [f"{plan.step}: {note}." for plan in plans for note in plan.notes],
+        "steps": {plan.step: plan.model_config_parameters() for plan in plans},
+        "measured": [row_dict(row) for row in measured],
+        "chosen": {c.step: (c.chosen.variant if c.chosen else None) for c in choices},
+    }
+    if args.ensemble_concurrency:
+        rows = []
+        for label, path in (("untuned", repository), ("tuned", args.tuned_repository.resolve())):
+            rows += measure_repository(
+                label,
+                path,
+                args.ensemble,
+                inputs[args.ensemble],
+                args.ensemble_concurrency,
+                args.requests_per_window,
+                args.scratch / "ensemble",
+            )
+        result["ensemble"] = {"name": args.ensemble, "why": analyzer_limits(repository, args.ensemble), "rows": rows}
+    written = write_results(
+        args.name, result, markdown(result, choices, measured), directory=args.output_dir, provenance=provenance
+    )
+    print(written.read_text())
+
+
+def row_dict(row: Measured) -> dict:
+    return {**{k: v for k, v in row.__dict__.items() if k != "config"}, **row.config.__dict__}
+
+
+def _say_plan(plans: list[StepPlan]) -> None:
+    for plan in plans:
+        print(f"{plan.step}: {plan.variants} configuration(s) to measure, and the current one", flush=True)
+        for note in plan.notes:
+            print(f"  {note}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Triton Model Analyzer, installed as a tool apart in ``build/model_analyzer/`` (its own virtualenv).
+
+Its dependencies (tritonclient[all] at its newest, protobuf 6, numpy 2, numba, matplotlib, optuna...) are
+not the product's: the product's virtualenv never gets them. Model Analyzer is pure Python and drives
+tritonserver and perf_analyzer as subprocesses, so it is given the project's own (``server_launch``).
+
+1.45.0 is the release paired with Triton 24.10 (tritonserver 2.51, the wheel's), but PyPI has no 1.45.0;
+1.46.0 (Triton 24.11) is the nearest, and what it asks of the server (command-line flags, model control
+over HTTP/gRPC) is the same in 2.51.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline_src import PROJECT_ROOT
+
+VERSION = "1.46.0"
+REQUIREMENT = f"triton-model-analyzer=={VERSION}"
+TOOL_DIR = PROJECT_ROOT / "build" / "model_analyzer"
+
+
+class AnalyzerMissing(RuntimeError):
+    """Model Analyzer is not installed in its tool virtualenv; the message says how to install it."""
+
+
+def _python() -> Path:
+    return TOOL_DIR / "bin" / "python"
+
+
+def binary() -> Path:
+    path = TOOL_DIR / "bin" / "model-analyzer"
+    if not path.exists():
+        raise AnalyzerMissing(f"{path} is missing: python -m benchmarks.tune --install (make tune installs it)")
+    return path
+
+
+def installed_version() -> str | None:
+    """The version in the tool virtualenv, or None when there is none."""
+    if not _python().exists():
+        return None
+    done = subprocess.run(
+        [str(_python()), "-c", "import importlib.metadata as m; print(m.version('triton-model-analyzer'))"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def install() -> str:
+    """The pinned Model Analyzer in its own virtualenv (from PyPI; a few seconds when already there)."""
+    if installed_version() == VERSION:
+        return VERSION
+    if not _python().exists():
+        subprocess.run([sys.executable, "-m", "venv", str(TOOL_DIR)], check=True)
+    print(f"installing {REQUIREMENT} into {TOOL_DIR} (about half a minute)", flush=True)
+    subprocess.run([str(_python()), "-m", "pip", "install", "--quiet", REQUIREMENT], check=True)
+    return VERSION

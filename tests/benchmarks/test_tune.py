@@ -1,0 +1,116 @@
+"""``make tune``'s short version: Model Analyzer sweeps two steps of the tiny stand-in on the real tritonserver,
+the choice is among what was swept, the tuned copy of the repository passes food11-validate and serves the
+ensemble, measured against the untuned one (the full run: make tune). Then the pieces without a server: what
+each step's sweep holds, the launch Model Analyzer is given, a choice written into a config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.profiling import perf_analyzer
+from benchmarks.tuning import analyzer_tool
+from benchmarks.tuning.measurements import StepConfig
+from benchmarks.tuning.server_launch import local_launch
+from benchmarks.tuning.sweep import Sweep, plan_steps
+from benchmarks.tuning.tuned_repository import apply_config
+from pipeline_src import PROJECT_ROOT
+from pipeline_src.repository.loading import parse_config
+from pipeline_src.repository.validate import validate_repository
+
+SWEPT = {"instance_count": [1], "max_batch_size": [32], "queue_delay_us": [0], "intra_op_threads": ["1", "2"]}
+
+
+def require_tools() -> None:
+    try:
+        perf_analyzer.library_path()
+    except perf_analyzer.PerfAnalyzerMissing as exc:
+        pytest.skip(f"{exc} (make test installs it)")
+    try:
+        analyzer_tool.install()
+    except subprocess.CalledProcessError as exc:  # no PyPI here
+        pytest.skip(f"could not install {analyzer_tool.REQUIREMENT}: {exc}")
+
+
+@pytest.mark.integration
+def test_a_short_tuning_run_chooses_among_the_swept_configs_and_writes_a_valid_repository(model_repository, tmp_path):
+    require_tools()
+    tuned = tmp_path / "tuned_repository"
+    command = [
+        *(sys.executable, "-m", "benchmarks.tune", "--allow-dirty", "--repository", str(model_repository)),
+        *("--steps", "classifier", "captioner", "--instance-counts", "1", "--max-batch-sizes", "32"),
+        *("--queue-delays-us", "0", "--intra-op-threads", "1", "2", "--concurrency", "1"),
+        *("--requests-per-window", "8", "--photos", "3", "--ensemble-concurrency", "1"),
+        *("--latency-budget-ms", "60000", "--step-budget", "classifier=5000"),
+        *("--tuned-repository", str(tuned), "--scratch", str(tmp_path / "scratch")),
+        *("--output-dir", str(tmp_path / "results"), "--name", "tune_test"),
+    ]
+    done = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+
+    result = json.loads((tmp_path / "results" / "tune_test.json").read_text())
+    assert result["model_analyzer"] == analyzer_tool.VERSION
+    assert result["budgets_ms"] == {"classifier": 5000.0, "captioner": 60000.0}
+    for step in ("classifier", "captioner"):
+        rows = [row for row in result["measured"] if row["step"] == step]
+        assert len({row["variant"] for row in rows}) == 3  # two swept, and the step as it is
+        chosen = next(row for row in rows if row["variant"] == result["chosen"][step])
+        config = StepConfig.of(parse_config(tuned / step / "config.pbtxt"))
+        if chosen["variant"].endswith("_config_default"):
+            assert config == StepConfig.of(parse_config(model_repository / step / "config.pbtxt"))
+        else:
+            for field, values in SWEPT.items():
+                assert chosen[field] in values and getattr(config, field) == chosen[field], (step, field)
+            assert config.instance_kind == "KIND_CPU"
+    assert validate_repository(tuned).ok
+    assert (tuned / "captioner" / "1").is_dir() and not (tuned / "captioner" / "1").is_symlink()
+
+    report = (tmp_path / "results" / "tune_test.md").read_text()
+    assert report.startswith("# Tuning each step with Model Analyzer") and "Measured at commit" in report
+    assert f"Triton Model Analyzer {analyzer_tool.VERSION}" in report and "**yes**" in report
+    ensemble = result["ensemble"]["rows"]
+    assert [(row["repository"], row["concurrency"]) for row in ensemble] == [("untuned", 1), ("tuned", 1)]
+    assert all("error" not in row and row["throughput"] > 0 for row in ensemble), ensemble
+    assert "BLS" in result["ensemble"]["why"]
+
+
+def test_each_steps_sweep_leaves_out_what_its_callers_or_settings_rule_out(model_repository):
+    sweep = Sweep(instance_counts=(1, 2), max_batch_sizes=(8, 32), queue_delays_us=(0,), intra_op_threads=(1, 2))
+    plans = {plan.step: plan for plan in plan_steps(model_repository, ["preprocess", "captioner"], sweep)}
+    # The ensemble sends up to 32 photos; caption_with_label forwards its whole batch to the captioner.
+    assert plans["preprocess"].max_batch_sizes == plans["captioner"].max_batch_sizes == (32,)
+    assert any("caption_with_label sends it batches of up to 32" in note for note in plans["captioner"].notes)
+    assert plans["preprocess"].intra_op_threads == () and plans["captioner"].intra_op_threads == (1, 2)
+    parameters = plans["captioner"].model_config_parameters()
+    assert parameters["instance_group"] == [[{"kind": "KIND_CPU", "count": 1}], [{"kind": "KIND_CPU", "count": 2}]]
+    assert parameters["parameters"] == {"intra_op_threads": {"string_value": ["1", "2"]}}
+    assert "parameters" not in plans["preprocess"].model_config_parameters()
+    assert plans["captioner"].variants == 4
+
+
+def test_model_analyzer_starts_the_server_as_the_launcher_does_without_the_admin_key(tmp_path):
+    launch = local_launch(tmp_path)
+    assert launch.server_path.endswith("tritonserver")
+    assert (tmp_path / "backends" / "python").is_dir() and launch.flags["backend-directory"] == str(
+        tmp_path / "backends"
+    )
+    assert not {"model-repository", "http-port", "http-restricted-api", "grpc-restricted-protocol"} & set(launch.flags)
+    assert launch.flags["http-address"] == "127.0.0.1"
+    assert "nvidia_pytriton.libs" in launch.environment["LD_LIBRARY_PATH"]
+    assert launch.environment["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)  # the steps' Python
+
+
+def test_a_choice_changes_only_the_swept_fields(model_repository):
+    config = parse_config(model_repository / "vision_encoder" / "config.pbtxt")
+    before = config.__deepcopy__()
+    apply_config(config, StepConfig(2, "KIND_CPU", 32, 0, "1"))
+    assert StepConfig.of(config) == StepConfig(2, "KIND_CPU", 32, 0, "1")
+    assert config.dynamic_batching.default_queue_policy == before.dynamic_batching.default_queue_policy
+    assert {key: value for key, value in config.parameters.items() if key != "intra_op_threads"} == {
+        key: value for key, value in before.parameters.items() if key != "intra_op_threads"
+    }
