@@ -242,6 +242,27 @@ def targets(rows: list[dict], api: list[dict], course: list[dict], soaked: dict,
                     "met": ratio >= 0.9,
                 }
             )
+    batch_8 = offline["img_per_s_by_batch"].get(8)
+    if ensemble(8) and batch_8:
+        ratio = ensemble(8)["throughput"] / batch_8
+        checks.append(
+            {
+                "target": "limit: ensemble throughput at c=8 / in-process at batch 8",
+                "goal": ">= 0.95",
+                "value": ratio,
+                "met": ratio >= 0.95,
+            }
+        )
+    if ensemble(8) and ensemble(1):
+        ratio = ensemble(8)["throughput"] / ensemble(1)["throughput"]
+        checks.append(
+            {
+                "target": "scaling: ensemble throughput at c=8 / at c=1",
+                "goal": ">= 1",
+                "value": ratio,
+                "met": ratio >= 1,
+            }
+        )
     if at(api, 8) and at(course, 8):
         ratio = at(api, 8)["throughput"] / at(course, 8)["throughput"]
         checks.append(
