@@ -83,6 +83,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--compare-requests", type=int, default=24, help="requests per path and level")
     parser.add_argument("--soak-seconds", type=float, default=300.0)
     parser.add_argument("--soak-concurrency", type=int, default=8)
+    parser.add_argument(
+        "--triton-arg",
+        action="append",
+        default=[],
+        help="one more tritonserver flag, e.g. --triton-arg=--rate-limit=off to measure without the shipped "
+        "core sharing (repeatable)",
+    )
     parser.add_argument("--name", default="bench", help="results file names, without extension")
     return parse_benchmark_args(parser, argv)
 
@@ -383,7 +390,13 @@ def main(argv=None) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     input_files = write_input_data(repository, photos, scratch / "perf_input")
 
-    with TritonServer(repository, scratch / "triton", free_ports(), log_file=scratch / "tritonserver.log") as triton:
+    with TritonServer(
+        repository,
+        scratch / "triton",
+        free_ports(),
+        log_file=scratch / "tritonserver.log",
+        extra_args=tuple(args.triton_arg),
+    ) as triton:
         asyncio.run(_warm_up(triton.grpc_url, photos))
         memory_before = server_memory_mib(triton.pid)
         rows, splits = perf_sweep(triton, input_files, args, scratch)
