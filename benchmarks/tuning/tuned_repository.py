@@ -42,8 +42,15 @@ def link_copy(source: Path, target: Path) -> None:
 
 
 def apply_config(config: model_config_pb2.ModelConfig, chosen: StepConfig) -> None:
+    group = model_config_pb2.ModelInstanceGroup(
+        count=chosen.instance_count, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU
+    )
+    # Only the count and kind are tuned: the resources the step asks of Triton's rate limiter stay (the vision
+    # encoder's and the captioner's cpu_cores: pipeline_src/serving/core_sharing.py).
+    if config.instance_group and config.instance_group[0].HasField("rate_limiter"):
+        group.rate_limiter.CopyFrom(config.instance_group[0].rate_limiter)
     del config.instance_group[:]
-    config.instance_group.add(count=chosen.instance_count, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
+    config.instance_group.append(group)
     config.max_batch_size = chosen.max_batch_size
     if chosen.queue_delay_us is not None:
         config.dynamic_batching.max_queue_delay_microseconds = chosen.queue_delay_us
