@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Triton's rate limiter on the CPU (pipeline_src/serving/core_sharing.py) on and off, in one run.
+"""Triton's rate limiter on the CPU on and off, in one run.
 
-Starts tritonserver on the repository (the base stand-in by default) with the rate limiter off, then on (the
-shipped default where there is no GPU), then off and on again (``--rounds``), and measures the ensemble with
+On the CPU, ONNX Runtime runs the vision encoder and the captioner each on every core, and the ensemble overlaps
+them (one photo's captioning beside the next one's encoding). Their configs ask for the resource ``cpu_cores``, 1
+in all: with ``--rate-limit=execution_count`` Triton runs one of them at a time. Does that beat the overlap?
+Starts tritonserver on the repository (the base stand-in by default) with the rate limiter off (the default),
+then on, then off and on again (``--rounds``), and measures the ensemble with
 perf_analyzer at each concurrency, with Triton's per-step batch and compute figures; then the same steps
 in-process at batch 8, the limit. Alternating rounds, because one run's figures on a shared 2-core VM drift
 by more than the difference measured. Writes benchmarks/results/core_sharing.{md,json}. Not a test.

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from pipeline_src.contract import RESPONSES_CACHED_ENV
 from pipeline_src.serving import admin
-from pipeline_src.serving.core_sharing import core_sharing_args
 from pipeline_src.serving.errors import PortInUseError, ServerStartError, TritonStartError
 from pipeline_src.serving.model_control import chosen_model_control
 from pipeline_src.serving.ports import LOOPBACK, Ports, check_ports_free, free_port, free_ports, reachable_host
@@ -131,7 +130,6 @@ class TritonServer:
             f"--metrics-address={self.address}",
             f"--metrics-port={self.ports.metrics}",
             *admin.restricted_args(self.admin_key),
-            *core_sharing_args(self.extra_args),  # the rate limiter where there is no GPU, unless the flags say
             *self.extra_args,
         ]
 

@@ -69,10 +69,7 @@ def test_triton_alone_starts_and_stops_cleanly_on_sigterm(model_repository, tmp_
         assert get_status(f"http://127.0.0.1:{ports.http}/v2/models/food11_pipeline/ready") == 200
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0
-    log = (tmp_path / "server.log").read_text()
-    assert "successfully unloaded 'food11_pipeline'" in log
-    # No GPU here: the vision encoder and the captioner share the cores through Triton's rate limiter.
-    assert re.search(r"\| rate_limit\s+\| EXEC_COUNT", log)
+    assert "successfully unloaded 'food11_pipeline'" in (tmp_path / "server.log").read_text()
     with pytest.raises(OSError):  # nothing listens any more
         get_status(f"http://127.0.0.1:{ports.http}/v2/health/live")
 

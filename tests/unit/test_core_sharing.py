@@ -1,14 +1,8 @@
-"""When the servers turn Triton's rate limiter on, and what the heavy steps' configs ask of it."""
+"""What the heavy steps' configs ask of Triton's rate limiter, when a server runs it (--rate-limit=execution_count;
+off by default: benchmarks/core_sharing.py measured it no faster on 2 cores)."""
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.loading import parse_config
-from pipeline_src.serving.core_sharing import SHARE_CORES, core_sharing_args
-
-
-def test_the_rate_limiter_is_on_without_a_gpu_off_with_one_and_the_flags_win():
-    assert core_sharing_args([], has_gpu=False) == SHARE_CORES == ("--rate-limit=execution_count",)
-    assert core_sharing_args([], has_gpu=True) == ()
-    assert core_sharing_args(["--rate-limit=off"], has_gpu=False) == ()
 
 
 def test_the_vision_encoder_and_the_captioner_run_one_at_a_time_and_the_small_steps_beside_them():
