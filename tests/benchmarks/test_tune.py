@@ -43,7 +43,9 @@ def test_a_short_tuning_run_chooses_among_the_swept_configs_and_writes_a_valid_r
     tuned = tmp_path / "tuned_repository"
     command = [
         *(sys.executable, "-m", "benchmarks.tune", "--allow-dirty", "--repository", str(model_repository)),
-        *("--steps", "classifier", "captioner", "--instance-counts", "1", "--max-batch-sizes", "32"),
+        # One step, two configurations and the step as it is: each costs Model Analyzer a server start (make test
+        # stays short); tune.md has the base stand-in's fuller run.
+        *("--steps", "classifier", "--instance-counts", "1", "--max-batch-sizes", "32"),
         *("--queue-delays-us", "0", "--intra-op-threads", "1", "2", "--concurrency", "1"),
         *("--requests-per-window", "8", "--photos", "3", "--ensemble-concurrency", "1"),
         *("--latency-budget-ms", "60000", "--step-budget", "classifier=5000"),
@@ -55,8 +57,8 @@ def test_a_short_tuning_run_chooses_among_the_swept_configs_and_writes_a_valid_r
 
     result = json.loads((tmp_path / "results" / "tune_test.json").read_text())
     assert result["model_analyzer"] == analyzer_tool.VERSION
-    assert result["budgets_ms"] == {"classifier": 5000.0, "captioner": 60000.0}
-    for step in ("classifier", "captioner"):
+    assert result["budgets_ms"] == {"classifier": 5000.0}
+    for step in ("classifier",):
         rows = [row for row in result["measured"] if row["step"] == step]
         assert len({row["variant"] for row in rows}) == 3  # two swept, and the step as it is
         chosen = next(row for row in rows if row["variant"] == result["chosen"][step])
