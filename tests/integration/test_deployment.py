@@ -267,6 +267,7 @@ def test_the_triton_command_restricts_the_admin_apis_to_the_operators_key(tmp_pa
         "--model-control-mode=explicit",
         "--load-model=*",
         "--model-config-name=onnxruntime",
+        "--cache-config=local,size=67108864",  # FOOD11_RESPONSE_CACHE_MIB's default, TRITON_ARGS naming no cache
         "--log-verbose=1",  # TRITON_ARGS still split on spaces, last
         "env:unset",  # the steps do not inherit the key
     ]
