@@ -115,9 +115,11 @@ def _require(condition: bool, message: str) -> None:
 @dataclass(frozen=True)
 class PreprocessSettings(StepSettings):
     max_pixels: int = 40_000_000  # refuse larger images before decoding them (decompression bombs)
+    decode_threads: int = 0  # a batch's photos decoded this many at a time; 0: one per core the step may use
 
     def validate(self) -> None:
         _require(self.max_pixels > 0, "max_pixels must be positive")
+        _require(self.decode_threads >= 0, "decode_threads must be 0 (one per core) or more")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,9 @@
 """Step 1, preprocessing: raw image bytes -> classifier and captioner tensors, decoded once."""
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from pipeline_src.contract import IMAGE
-from pipeline_src.steps.imaging import CAPTIONER_SIZE, CLASSIFIER_SIZE, ImageRejected, image_tensors
+from pipeline_src.steps.batch_decode import BatchDecoder
 from pipeline_src.steps.settings import PreprocessSettings
 from pipeline_src.steps.triton_step import StepContext, input_array
 
@@ -12,26 +11,22 @@ from pipeline_src.steps.triton_step import StepContext, input_array
 class TritonPythonModel:
     def initialize(self, args):
         self.step = StepContext(args)
-        self.settings = PreprocessSettings.from_model_config(self.step.config)
+        settings = PreprocessSettings.from_model_config(self.step.config)
+        self.decoder = BatchDecoder(settings.max_pixels, settings.decode_threads)
 
     def execute(self, requests):
-        return [self._preprocess(request) for request in requests]
+        decoded = self.decoder.decode([input_array(request, IMAGE).reshape(-1) for request in requests])
+        return [self._response(pixels) for pixels in decoded]
 
-    def _preprocess(self, request):
-        images = input_array(request, IMAGE).reshape(-1)
-        count = len(images)
-        classifier = np.empty((count, 3, CLASSIFIER_SIZE, CLASSIFIER_SIZE), dtype=np.float32)
-        captioner = np.empty((count, 3, CAPTIONER_SIZE, CAPTIONER_SIZE), dtype=np.float32)
-        for index, data in enumerate(images):
-            try:
-                tensors = image_tensors(data, self.settings.max_pixels)
-            except ImageRejected as exc:
-                return self.step.error(f"image {index + 1} of {count}: {exc}")
-            classifier[index] = tensors.classifier
-            captioner[index] = tensors.captioner
+    def _response(self, pixels):
+        if pixels.error is not None:
+            return self.step.error(pixels.error)
         return pb_utils.InferenceResponse(
             output_tensors=[
-                pb_utils.Tensor("CLASSIFIER_PIXELS", classifier),
-                pb_utils.Tensor("CAPTIONER_PIXELS", captioner),
+                pb_utils.Tensor("CLASSIFIER_PIXELS", pixels.classifier),
+                pb_utils.Tensor("CAPTIONER_PIXELS", pixels.captioner),
             ]
         )
+
+    def finalize(self):
+        self.decoder.close()
