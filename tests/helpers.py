@@ -20,6 +20,9 @@ from pipeline_src.repository.loading import parse_config
 PHOTOS_DIR = Path(__file__).parent / "photos"
 FRUIT_PHOTOS = ("apple.jpg", "orange.jpg", "fruits.jpg")
 APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
+# A test's tritonserver stops within 3 s rather than Triton's 30: after a failed load or a cancelled call,
+# Triton 2.51 counts a model as still live and waits out its whole exit timeout.
+QUICK_EXIT = "--exit-timeout-secs=3"
 
 
 def extra_outputs(repository: Path, ensemble: str = contract.ENSEMBLE) -> list[str]:

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from helpers import admin_client
+from helpers import QUICK_EXIT, admin_client
 
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.steps.captioning import STANDIN_MARKER
@@ -29,6 +29,7 @@ def triton(model_repository, tmp_path_factory) -> TritonServer:
         extra_args=(
             "--model-control-mode=explicit",
             "--load-model=*",
+            QUICK_EXIT,
             # Tracing stays OFF until a test turns it on (tests/benchmarks/test_tracing.py).
             f"--trace-config=triton,file={work_dir / 'trace.json'}",
         ),

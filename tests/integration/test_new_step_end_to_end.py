@@ -13,7 +13,7 @@ import sys
 
 import httpx
 import pytest
-from helpers import APPLE, PHOTOS_DIR, admin_client, post_photo
+from helpers import APPLE, PHOTOS_DIR, QUICK_EXIT, admin_client, post_photo
 
 from food11_client import Food11Client, PipelineError, cli
 from pipeline_src.contract import CORE_OUTPUTS
@@ -127,7 +127,7 @@ def server(extended, tmp_path_factory):
     _, repository = extended
     work = tmp_path_factory.mktemp("newcomer-triton")
     server = TritonServer(
-        repository, work, free_ports(), extra_args=("--model-control-mode=explicit", "--load-model=*")
+        repository, work, free_ports(), extra_args=("--model-control-mode=explicit", "--load-model=*", QUICK_EXIT)
     )
     with server:
         yield server

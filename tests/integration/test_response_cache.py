@@ -12,6 +12,7 @@ import urllib.request
 
 import httpx
 import pytest
+from helpers import QUICK_EXIT
 
 from food11_client import Food11Client
 from food11_client.errors import ServerUnavailableError
@@ -34,7 +35,7 @@ def cached_server(model_repository, tmp_path_factory):
         repository,
         tmp_path_factory.mktemp("cached_triton"),
         free_ports(),
-        extra_args=("--model-control-mode=explicit", "--load-model=*", *local_cache_args(16)),
+        extra_args=("--model-control-mode=explicit", "--load-model=*", QUICK_EXIT, *local_cache_args(16)),
         report=lines.append,
     )
     with server:

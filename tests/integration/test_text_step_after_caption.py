@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from helpers import APPLE, admin_client, post_photo
+from helpers import APPLE, QUICK_EXIT, admin_client, post_photo
 from tritonclient.utils import InferenceServerException
 
 from food11_client import Food11Client
@@ -137,7 +137,7 @@ def server(extended, tmp_path_factory):
         repository,
         tmp_path_factory.mktemp("text_step_triton"),
         free_ports(),
-        extra_args=("--model-control-mode=explicit", "--load-model=*"),
+        extra_args=("--model-control-mode=explicit", "--load-model=*", QUICK_EXIT),
     )
     with server:
         yield server
