@@ -67,7 +67,7 @@ from benchmarks.lib.results import (
     portable_path,
     write_results,
 )
-from benchmarks.lib.triton_stats import counters_since, model_counters, step_figures
+from benchmarks.lib.triton_stats import counters_since, model_counters, phase_figures, step_figures, step_phases
 from benchmarks.profiling import perf_analyzer
 from benchmarks.profiling.perf_input import write_input_data
 from food11_client import CaptionResult, Food11Client
@@ -313,7 +313,7 @@ def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: di
     plan.append(("classifier", level, max(args.classifier_window, 2 * level)))
     rows = run.result.setdefault("perf_analyzer", [])
     for model, concurrency, window in plan:
-        before = model_counters(triton.grpc_url)
+        before, phases_before = model_counters(triton.grpc_url), step_phases(triton.metrics_url)
         try:
             measurement, stability = perf_analyzer.measure_stably(
                 model,
@@ -332,7 +332,8 @@ def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: di
                 break
         else:
             stats = counters_since(triton.grpc_url, before)
-            rows.append({**measurement.__dict__, "stability_percentage": stability, **step_figures(stats)})
+            phases = phase_figures(phases_before, step_phases(triton.metrics_url))
+            rows.append({**measurement.__dict__, "stability_percentage": stability, **step_figures(stats), **phases})
         print(json.dumps(rows[-1]), flush=True)
         run.save()
 

@@ -212,15 +212,19 @@ def targets(rows: Sequence[Mapping], captions: Mapping[str, Mapping]) -> list[di
     return checks
 
 
-# --- the per-step figures of a perf_analyzer run --------------------------------------------------------------
-
-
 # --- the markdown ---------------------------------------------------------------------------------------------
 
 PERF_COLUMNS = (
     *perf_analyzer.COLUMNS,
     *(f"{step}_{figure}" for step in STEPS for figure in ("mean_batch", "queue_ms", "compute_ms")),
     "error",
+)
+# The captioner's own clock (food11_step_phase_* on Triton's /metrics): ms per run of each phase.
+CAPTIONER_PHASE_COLUMNS = (
+    "model",
+    "concurrency",
+    "captioner_mean_batch",
+    *(f"captioner_{phase}_ms" for phase in ("execute", "prefill", "decoder_step", "host")),
 )
 
 
@@ -308,6 +312,18 @@ def markdown(result: Mapping) -> str:
                 level=2,
             )
         )
+        timed = [row for row in result["perf_analyzer"] if "captioner_execute_ms" in row]
+        if timed:
+            parts.append(
+                markdown_table(
+                    "Inside the captioner (its own clock, ms per run: an execute, its prefill, one decoder step for "
+                    "every row, and what an execute spent outside both)",
+                    [],
+                    list(CAPTIONER_PHASE_COLUMNS),
+                    timed,
+                    level=2,
+                )
+            )
     if result.get("captions"):
         parts.append(_captions_section(result["captions"], result.get("photos", 0)))
     for stage, error in result.get("errors", {}).items():

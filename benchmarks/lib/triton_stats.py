@@ -3,6 +3,8 @@ memory.py)."""
 
 from __future__ import annotations
 
+import re
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -76,4 +78,41 @@ def step_figures(stats: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
         row[f"{step}_compute_ms"] = (
             figures["compute_input_ms"] + figures["compute_infer_ms"] + figures["compute_output_ms"]
         )
+    return row
+
+
+# The steps' own phase counters on Triton's /metrics (pipeline_src/steps/step_metrics.py).
+_PHASE_SAMPLE = re.compile(r"^food11_step_phase_(seconds|runs)_total\{([^}]*)\}\s+(\S+)$", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def step_phases(metrics_url: str) -> dict[tuple[str, str], dict[str, float]]:
+    """Each (model, phase)'s cumulative ``seconds`` and ``runs``, from Triton's metrics endpoint."""
+    with urllib.request.urlopen(f"http://{metrics_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    phases: dict[tuple[str, str], dict[str, float]] = {}
+    for kind, labels, value in _PHASE_SAMPLE.findall(text):
+        label = dict(_LABEL.findall(labels))
+        phases.setdefault((label["model"], label["phase"]), {"seconds": 0.0, "runs": 0.0})[kind] += float(value)
+    return phases
+
+
+def phase_figures(
+    before: Mapping[tuple[str, str], Mapping[str, float]], after: Mapping[tuple[str, str], Mapping[str, float]]
+) -> dict[str, float]:
+    """What the steps timed in between, as one row's columns: each phase's mean milliseconds a run
+    (``captioner_decoder_step_ms``), and ``<model>_host_ms``, what an execute spent outside its other phases."""
+    row: dict[str, float] = {}
+    spent: dict[str, dict[str, tuple[float, float]]] = {}
+    for (model, phase), now in after.items():
+        earlier = before.get((model, phase), {"seconds": 0.0, "runs": 0.0})
+        runs, seconds = now["runs"] - earlier["runs"], now["seconds"] - earlier["seconds"]
+        if runs > 0:
+            spent.setdefault(model, {})[phase] = (seconds, runs)
+            row[f"{model}_{phase}_ms"] = 1000 * seconds / runs
+    for model, phases in spent.items():
+        if "execute" in phases:
+            seconds, runs = phases["execute"]
+            inside = sum(total for phase, (total, _) in phases.items() if phase != "execute")
+            row[f"{model}_host_ms"] = 1000 * (seconds - inside) / runs
     return row

@@ -16,6 +16,7 @@ import numpy as np
 import tokenizers
 
 from pipeline_src.steps.fixed_buffers import FixedBufferDecoder
+from pipeline_src.steps.phase_clock import PhaseClock
 from pipeline_src.steps.precision import PrecisionChoice
 from pipeline_src.steps.settings import CaptionerSettings
 from pipeline_src.steps.text_decoder import TextDecoder
@@ -84,6 +85,7 @@ class GreedyCaptioner:
         self.max_new_tokens = max_new_tokens
         self.repetition_penalty = repetition_penalty
         self.choice = choice  # which precision and why
+        self.clock = PhaseClock()  # prefill and decoder_step time, for the step's metrics
 
     @classmethod
     def from_settings(
@@ -142,7 +144,8 @@ class GreedyCaptioner:
     def generate(self, image_embeds: np.ndarray, prompt_ids: Sequence[Sequence[int]]) -> list[list[int]]:
         """Each row's new tokens, up to and including [SEP] (or ``max_new_tokens`` of them)."""
         sep = self.decoder.shape["sep_token_id"]
-        logits, state = self.decoder.prefill(image_embeds, prompt_ids, self.max_new_tokens)
+        with self.clock.timing("prefill"):
+            logits, state = self.decoder.prefill(image_embeds, prompt_ids, self.max_new_tokens)
         generated: list[list[int]] = [[] for _ in prompt_ids]
         unfinished = np.ones(len(prompt_ids), dtype=bool)
         for step in range(self.max_new_tokens):
@@ -154,7 +157,8 @@ class GreedyCaptioner:
             unfinished &= tokens != sep
             if not unfinished.any() or step == self.max_new_tokens - 1:
                 break
-            logits = self.decoder.advance(state, tokens)
+            with self.clock.timing("decoder_step"):
+                logits = self.decoder.advance(state, tokens)
         return generated
 
 

@@ -22,6 +22,7 @@ class StepContext:
     def __init__(self, args: dict[str, str]):
         self.config: dict[str, Any] = json.loads(args["model_config"])
         self.name: str = self.config["name"]
+        self.version: str = args["model_version"]
         self.version_dir = Path(args["model_repository"]) / args["model_version"]
         self.repository = self.version_dir.parent.parent  # the model repository this step was loaded from
         self.on_gpu = args["model_instance_kind"] == "GPU"

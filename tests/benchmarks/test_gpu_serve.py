@@ -25,6 +25,7 @@ from benchmarks.gpu_serve_report import (
     reference_prompt,
     targets,
 )
+from benchmarks.lib.triton_stats import phase_figures
 from food11_client import CaptionResult
 from pipeline_src import PROJECT_ROOT
 from scripts import device_preflight, device_stage
@@ -150,6 +151,25 @@ def test_the_markdown_of_a_run_that_stopped_early_says_where_and_that_there_was_
     assert "**No GPU**" in text
     assert "## Stage 'server' failed" in text and "TritonStartError" in text
     assert "not measured" in text
+
+
+def test_the_captioners_own_clock_becomes_ms_per_run_and_the_hosts_share():
+    before = {
+        ("captioner", "execute"): {"seconds": 1.0, "runs": 10},
+        ("captioner", "prefill"): {"seconds": 0.2, "runs": 10},
+    }
+    after = {
+        ("captioner", "execute"): {"seconds": 2.0, "runs": 20},
+        ("captioner", "prefill"): {"seconds": 0.4, "runs": 20},
+        ("captioner", "decoder_step"): {"seconds": 0.5, "runs": 100},
+    }
+    figures = phase_figures(before, after)
+    assert figures["captioner_execute_ms"] == pytest.approx(100)
+    assert figures["captioner_prefill_ms"] == pytest.approx(20)
+    assert figures["captioner_decoder_step_ms"] == pytest.approx(5)
+    assert figures["captioner_host_ms"] == pytest.approx(30)  # (1.0 - 0.2 - 0.5) s over 10 executes
+    text = markdown({"environment": {}, "perf_analyzer": [{"model": "food11_pipeline", "concurrency": 8, **figures}]})
+    assert "## Inside the captioner" in text and "| food11_pipeline | 8 |" in text
 
 
 # --- staging for the device tool ------------------------------------------------------------------------------

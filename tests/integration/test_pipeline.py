@@ -2,12 +2,14 @@
 
 import asyncio
 import json
+import urllib.request
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 from helpers import FRUIT_PHOTOS
+from prometheus_client.parser import text_string_to_metric_families
 
 from food11_client import AsyncFood11Client
 from pipeline_src.steps.classification import build_prompt
@@ -163,3 +165,28 @@ def test_failing_captioner_still_gives_label_and_probability(client, triton_grpc
     assert "captioner" in result.caption_status[len("captioner_error: ") :]
     (recovered,) = client.caption([photos["apple.jpg"]])
     assert recovered.caption_status == "ok"
+
+
+def captioner_phases(triton) -> dict[str, tuple[float, float]]:
+    """The captioner's (seconds, runs) per phase, from Triton's /metrics."""
+    with urllib.request.urlopen(f"http://{triton.metrics_url}/metrics", timeout=10) as response:
+        families = text_string_to_metric_families(response.read().decode())
+    totals: dict[str, list[float]] = {}
+    for family in families:
+        for sample in family.samples:
+            if sample.labels.get("model") == "captioner" and family.name.startswith("food11_step_phase_"):
+                kind = 0 if "seconds" in family.name else 1
+                totals.setdefault(sample.labels["phase"], [0.0, 0.0])[kind] += sample.value
+    return {phase: (seconds, runs) for phase, (seconds, runs) in totals.items()}
+
+
+def test_the_captioner_says_on_tritons_metrics_where_its_time_goes(client, triton, photos):
+    before = captioner_phases(triton)
+    assert set(before) == {"execute", "prefill", "decoder_step"}
+    client.caption([photos["coffee.png"], photos["coffee.png"]])
+    after = captioner_phases(triton)
+    seconds = {phase: after[phase][0] - before[phase][0] for phase in after}
+    runs = {phase: after[phase][1] - before[phase][1] for phase in after}
+    assert runs["execute"] >= 1 and runs["prefill"] == runs["execute"]  # one generate per execute
+    assert 1 <= runs["decoder_step"] <= runs["execute"] * 19  # max_new_tokens 20: at most 19 steps after the prompt's
+    assert seconds["execute"] >= seconds["prefill"] + seconds["decoder_step"] > 0

@@ -4,6 +4,7 @@ on ONNX Runtime with a KV cache; each request's caption as it would be alone."""
 from pipeline_src.steps.batching import bytes_rows
 from pipeline_src.steps.captioning import GreedyCaptioner, standin_info
 from pipeline_src.steps.settings import CaptionerSettings
+from pipeline_src.steps.step_metrics import StepPhaseMetrics
 from pipeline_src.steps.triton_step import StepContext, answer_stacked
 
 
@@ -28,9 +29,13 @@ class TritonPythonModel:
         )
         if settings.warm_up:
             self.step.logger.log_info(f"{self.step.name}: warmed up in {self.captioner.warm_up():.2f} s")
+        self.metrics = StepPhaseMetrics(self.step.name, self.step.version, ("execute", "prefill", "decoder_step"))
 
     def execute(self, requests):
-        return answer_stacked(self.step, requests, ["IMAGE_EMBEDS", "PROMPT"], self._caption)
+        with self.captioner.clock.timing("execute"):
+            responses = answer_stacked(self.step, requests, ["IMAGE_EMBEDS", "PROMPT"], self._caption)
+        self.metrics.add(self.captioner.clock)
+        return responses
 
     def _caption(self, batch):
         prompts = [prompt.decode("utf-8") for prompt in batch["PROMPT"].reshape(-1)]

@@ -1,0 +1,44 @@
+"""A step's time per phase on Triton's own /metrics, for perf_analyzer runs and dashboards alike.
+
+Two counters, labelled by model, version and phase: ``food11_step_phase_seconds_total`` (wall seconds) and
+``food11_step_phase_runs_total`` (how many times the phase ran). The captioner's phases: ``execute`` (its whole
+batch, tokenizing included), ``prefill`` (image embeddings to cross-attention keys and values, then the
+prompt's step) and ``decoder_step`` (one token for every row). What ``execute`` has beyond the two others is
+the host's share: docs/profiling.md, "Inside a step".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import triton_python_backend_utils as pb_utils
+
+from pipeline_src.steps.phase_clock import PhaseClock
+
+SECONDS = "food11_step_phase_seconds_total"
+RUNS = "food11_step_phase_runs_total"
+
+
+class StepPhaseMetrics:
+    """Adds a ``PhaseClock``'s totals to the step's counters, once per execute (each add is a message to Triton)."""
+
+    def __init__(self, model: str, version: str, phases: Iterable[str]):
+        seconds = pb_utils.MetricFamily(
+            name=SECONDS, description="Wall seconds a food11 step spent per phase", kind=pb_utils.MetricFamily.COUNTER
+        )
+        runs = pb_utils.MetricFamily(
+            name=RUNS, description="How many times a food11 step ran each phase", kind=pb_utils.MetricFamily.COUNTER
+        )
+        self._counters = {
+            phase: (
+                seconds.Metric(labels={"model": model, "version": version, "phase": phase}),
+                runs.Metric(labels={"model": model, "version": version, "phase": phase}),
+            )
+            for phase in phases
+        }
+
+    def add(self, clock: PhaseClock) -> None:
+        for phase, total in clock.take().items():
+            seconds, runs = self._counters[phase]
+            seconds.increment(total.seconds)
+            runs.increment(total.runs)
