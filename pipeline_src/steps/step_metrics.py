@@ -36,6 +36,9 @@ class StepPhaseMetrics:
             )
             for phase in phases
         }
+        # Kept, and after the counters: Triton refuses a Metric whose family is gone, and a step's attributes
+        # are deleted in the order they were set.
+        self._families = (seconds, runs)
 
     def add(self, clock: PhaseClock) -> None:
         for phase, total in clock.take().items():
