@@ -41,7 +41,7 @@ from benchmarks.lib.results import (
     parse_benchmark_args,
     write_results,
 )
-from benchmarks.lib.triton_stats import counters_since, model_counters, step_figures
+from benchmarks.lib.triton_stats import figures_since, snapshot
 from benchmarks.profiling import perf_analyzer
 from benchmarks.profiling.perf_input import write_input_data
 from food11_client import AsyncFood11Client
@@ -99,7 +99,7 @@ def perf_sweep(triton: TritonServer, input_files: dict[str, Path], args, scratch
     rows, splits = [], []
     for model in args.models:
         for concurrency in args.concurrency:
-            before = model_counters(triton.grpc_url)
+            before = snapshot(triton)
             try:
                 measurement, stability = perf_analyzer.measure_stably(
                     model,
@@ -114,8 +114,7 @@ def perf_sweep(triton: TritonServer, input_files: dict[str, Path], args, scratch
                 print(exc, file=sys.stderr, flush=True)
                 rows.append({"model": model, "concurrency": concurrency, "error": str(exc).splitlines()[-1]})
                 continue
-            stats = counters_since(triton.grpc_url, before)
-            row = {**measurement.__dict__, "stability_percentage": stability, **step_figures(stats)}
+            row = {**measurement.__dict__, "stability_percentage": stability, **figures_since(triton, before)}
             print(json.dumps(row), flush=True)
             rows.append(row)
             if model == ENSEMBLE:
@@ -341,6 +340,8 @@ def markdown(name: str, result: dict) -> str:
                 "captioner_mean_batch",
                 "captioner_queue_ms",
                 "captioner_compute_ms",
+                "captioner_decoder_step_ms",  # the captioner's own clock (docs/profiling.md, "Inside a step")
+                "captioner_host_ms",
                 "error",
             ],
             result["perf_analyzer"],

@@ -23,7 +23,7 @@ from pathlib import Path
 from benchmarks.lib.in_process import InProcessPipeline, best_seconds
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.results import parse_benchmark_args, write_results
-from benchmarks.lib.triton_stats import counters_since, model_counters, step_figures
+from benchmarks.lib.triton_stats import figures_since, snapshot
 from benchmarks.profiling import perf_analyzer
 from benchmarks.profiling.perf_input import write_input_data
 from pipeline_src import PROJECT_ROOT
@@ -39,7 +39,7 @@ def measure_mode(repository: Path, mode: str, inputs: Path, levels: list[int], s
     rows = []
     with TritonServer(repository, scratch / mode, free_ports(), extra_args=MODES[mode]) as triton:
         for concurrency in levels:
-            before = model_counters(triton.grpc_url)
+            before = snapshot(triton)
             measurement, _ = perf_analyzer.measure_stably(
                 ENSEMBLE,
                 triton.grpc_url,
@@ -49,7 +49,7 @@ def measure_mode(repository: Path, mode: str, inputs: Path, levels: list[int], s
                 max(16, concurrency),
                 bls_composing=bls_callees(repository, ENSEMBLE),
             )
-            steps = step_figures(counters_since(triton.grpc_url, before))
+            steps = figures_since(triton, before)
             row = {"mode": mode, "concurrency": concurrency, "img_per_s": measurement.throughput}
             row |= {"p50_ms": measurement.p50_ms}
             for step in SHOWN_STEPS:

@@ -67,7 +67,7 @@ from benchmarks.lib.results import (
     portable_path,
     write_results,
 )
-from benchmarks.lib.triton_stats import counters_since, model_counters, phase_figures, step_figures, step_phases
+from benchmarks.lib.triton_stats import figures_since, snapshot
 from benchmarks.profiling import perf_analyzer
 from benchmarks.profiling.perf_input import write_input_data
 from food11_client import CaptionResult, Food11Client
@@ -313,7 +313,7 @@ def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: di
     plan.append(("classifier", level, max(args.classifier_window, 2 * level)))
     rows = run.result.setdefault("perf_analyzer", [])
     for model, concurrency, window in plan:
-        before, phases_before = model_counters(triton.grpc_url), step_phases(triton.metrics_url)
+        before = snapshot(triton)
         try:
             measurement, stability = perf_analyzer.measure_stably(
                 model,
@@ -331,9 +331,7 @@ def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: di
             if isinstance(exc, perf_analyzer.PerfAnalyzerTimedOut):  # a level that hangs: the higher ones would too
                 break
         else:
-            stats = counters_since(triton.grpc_url, before)
-            phases = phase_figures(phases_before, step_phases(triton.metrics_url))
-            rows.append({**measurement.__dict__, "stability_percentage": stability, **step_figures(stats), **phases})
+            rows.append({**measurement.__dict__, "stability_percentage": stability, **figures_since(triton, before)})
         print(json.dumps(rows[-1]), flush=True)
         run.save()
 

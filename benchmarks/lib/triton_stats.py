@@ -7,6 +7,7 @@ import re
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import tritonclient.grpc as grpcclient
 
@@ -116,3 +117,31 @@ def phase_figures(
             inside = sum(total for phase, (total, _) in phases.items() if phase != "execute")
             row[f"{model}_host_ms"] = 1000 * (seconds - inside) / runs
     return row
+
+
+class Served(Protocol):
+    """A running server's addresses (pipeline_src.serving.launcher.TritonServer)."""
+
+    @property
+    def grpc_url(self) -> str: ...
+
+    @property
+    def metrics_url(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class StepSnapshot:
+    """Triton's per-model counters and the steps' own phase clocks at one moment."""
+
+    counters: dict[str, ModelCounters]
+    phases: dict[tuple[str, str], dict[str, float]]
+
+
+def snapshot(server: Served) -> StepSnapshot:
+    return StepSnapshot(model_counters(server.grpc_url), step_phases(server.metrics_url))
+
+
+def figures_since(server: Served, earlier: StepSnapshot) -> dict[str, float]:
+    """Each step's batch, queue and compute (Triton's) and phases (its own clock) since ``earlier``, as columns."""
+    steps = step_figures(counters_since(server.grpc_url, earlier.counters))
+    return {**steps, **phase_figures(earlier.phases, step_phases(server.metrics_url))}
