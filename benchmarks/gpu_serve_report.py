@@ -12,6 +12,7 @@ from typing import Protocol
 from benchmarks.lib.report import markdown_table
 from benchmarks.profiling import perf_analyzer
 from pipeline_src.contract import ENSEMBLE, CaptionStatus
+from pipeline_src.steps.captioning import CAPTIONER_PHASES
 from pipeline_src.steps.classification import build_prompt
 
 STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
@@ -224,7 +225,7 @@ CAPTIONER_PHASE_COLUMNS = (
     "model",
     "concurrency",
     "captioner_mean_batch",
-    *(f"captioner_{phase}_ms" for phase in ("execute", "prefill", "decoder_step", "host")),
+    *(f"captioner_{phase}_ms" for phase in (*CAPTIONER_PHASES, "host")),
 )
 
 

@@ -26,6 +26,9 @@ STANDIN_MARKER = "STAND_IN.json"  # present only in a stand-in snapshot built by
 # library alone (transformers' AutoTokenizer imports torch: hundreds of MiB of the step's memory for a word
 # list; docs/performance.md, "Why the code is as it is").
 TOKENIZER_FILE = "tokenizer.json"
+# What the captioner step's clock times (its metrics, docs/profiling.md "Inside a step"): a whole execute (timed
+# by its model.py), then, inside it, the prefill and each decoder step (timed here).
+CAPTIONER_PHASES = ("execute", "prefill", "decoder_step")
 
 
 def standin_info(model_dir: str | Path) -> dict | None:

@@ -23,7 +23,7 @@ class StepContext:
         self.config: dict[str, Any] = json.loads(args["model_config"])
         self.name: str = self.config["name"]
         self.version: str = args["model_version"]
-        self.version_dir = Path(args["model_repository"]) / args["model_version"]
+        self.version_dir = Path(args["model_repository"]) / self.version
         self.repository = self.version_dir.parent.parent  # the model repository this step was loaded from
         self.on_gpu = args["model_instance_kind"] == "GPU"
         self.device_id = int(args["model_instance_device_id"])

@@ -2,7 +2,7 @@
 on ONNX Runtime with a KV cache; each request's caption as it would be alone."""
 
 from pipeline_src.steps.batching import bytes_rows
-from pipeline_src.steps.captioning import GreedyCaptioner, standin_info
+from pipeline_src.steps.captioning import CAPTIONER_PHASES, GreedyCaptioner, standin_info
 from pipeline_src.steps.settings import CaptionerSettings
 from pipeline_src.steps.step_metrics import StepPhaseMetrics
 from pipeline_src.steps.triton_step import StepContext, answer_stacked
@@ -29,7 +29,7 @@ class TritonPythonModel:
         )
         if settings.warm_up:
             self.step.logger.log_info(f"{self.step.name}: warmed up in {self.captioner.warm_up():.2f} s")
-        self.metrics = StepPhaseMetrics(self.step.name, self.step.version, ("execute", "prefill", "decoder_step"))
+        self.metrics = StepPhaseMetrics(self.step.name, self.step.version, CAPTIONER_PHASES)
 
     def execute(self, requests):
         with self.captioner.clock.timing("execute"):
