@@ -57,6 +57,7 @@ from benchmarks.gpu_serve_report import (
     reference_prompt,
     targets,
 )
+from benchmarks.lib import mps
 from benchmarks.lib.in_process import InProcessPipeline, step_settings
 from benchmarks.lib.photos import FRUIT_PHOTOS, TEST_PHOTOS, varied_photos
 from benchmarks.lib.results import (
@@ -130,6 +131,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         default=bool(os.environ.get(ALLOW_CPU)),
         help=f"run without a GPU (its figures are then the CPU's, and say so); also {ALLOW_CPU}=1",
+    )
+    parser.add_argument(
+        "--mps",
+        action="store_true",
+        help="run Triton under NVIDIA MPS (its control daemon started first, stopped after; benchmarks/lib/mps.py)",
     )
     parser.add_argument(
         "--deadline-s", type=float, default=None, help="stop by then, saving what was measured (default: none)"
@@ -374,10 +380,25 @@ def serve_and_measure(run: Run, repository: Path, photos: list[bytes], args) -> 
         if off_gpu and not args.allow_cpu:
             run.fail("perf_analyzer", f"not run: {', '.join(off_gpu)} not on the GPU (the figures would be the CPU's)")
             return
+        if args.mps and not mps_serves(run):
+            run.fail("perf_analyzer", "not run: no process is an MPS client (the figures would not be MPS's)")
+            return
         with run.stage("perf_analyzer"):
             perf_sweep(run, triton, repository, input_files, args)
     finally:
         triton.stop()
+
+
+def mps_serves(run: Run) -> bool:
+    """Whether Triton's GPU processes are MPS clients, read from the control daemon and recorded in the run."""
+    try:
+        servers = mps.state()
+    except (mps.MpsUnavailable, subprocess.TimeoutExpired) as exc:
+        run.fail("MPS", str(exc))
+        return False
+    run.result.setdefault("mps", {})["servers"] = servers
+    run.save()
+    return any(servers.values())
 
 
 def stop_by(deadline_s: float | None) -> None:
@@ -414,7 +435,13 @@ def main(argv=None) -> None:
             )
             photos = benchmark_photos(run, args.photos)
             run.result["photos"] = len(photos)
-            serve_and_measure(run, repository, photos, args)
+            with mps.mps_daemon() if args.mps else contextlib.nullcontext() as mps_folder:
+                run.result["mps"] = {"requested": bool(args.mps)}
+                try:
+                    serve_and_measure(run, repository, photos, args)
+                finally:
+                    if mps_folder:
+                        run.result["mps"]["control_log"] = mps.control_log(mps_folder)
     except OutOfTime as stopped:
         run.fail("the run", str(stopped))
         run.save()

@@ -241,11 +241,21 @@ def _environment_paragraphs(result: Mapping) -> list[str]:
         gpu = "**No GPU**: run with --allow-cpu, so these are the CPU's figures, not a GPU's."
     versions = ", ".join(f"{name} {version}" for name, version in environment.get("versions", {}).items())
     return [
-        f"{gpu} ONNX Runtime {environment.get('onnxruntime', '?')}, providers "
+        f"{gpu} {_mps_sentence(result.get('mps', {}))} ONNX Runtime {environment.get('onnxruntime', '?')}, providers "
         f"{environment.get('onnxruntime_providers', [])}; Triton {result.get('triton_version', '?')}; "
         f"{result.get('blip', 'the repository not read')}.",
         f"Python {environment.get('python', '?')}; {versions}.",
     ]
+
+
+def _mps_sentence(mps: Mapping) -> str:
+    """Whether the GPU processes shared one context through NVIDIA MPS, as the control daemon said."""
+    if not mps.get("requested"):
+        return "NVIDIA MPS off (each GPU step's process its own CUDA context)."
+    clients = sum(len(pids) for pids in mps.get("servers", {}).values())
+    if clients:
+        return f"**NVIDIA MPS on**: one MPS server, {clients} client processes (Triton and its GPU steps)."
+    return "**NVIDIA MPS asked for, but no process was its client**: these are not MPS's figures."
 
 
 def _placement_section(steps: Mapping[str, Mapping]) -> str:
