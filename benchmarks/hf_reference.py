@@ -31,9 +31,7 @@ from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner  # noqa: 
 
 
 def reference(request: dict) -> dict:
-    captioner = HuggingFaceCaptioner.load(request["snapshot"], request["max_new_tokens"])
-    # generate() reads what it is not passed from the generation config: the step's penalty, as the step applies it
-    captioner.model.generation_config.repetition_penalty = request["repetition_penalty"]
+    captioner = HuggingFaceCaptioner.load(request["snapshot"], request["max_new_tokens"], request["repetition_penalty"])
     pixels = np.load(request["pixels"])
     captions = [captioner.caption(pixels[row : row + 1], [prompt])[0] for row, prompt in request["prompts"]]
     versions = {name: metadata.version(name) for name in ("numpy", "torch", "transformers")}

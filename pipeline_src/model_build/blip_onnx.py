@@ -4,18 +4,25 @@
   of its own, batched by the dynamic batcher);
 - ``cross_kv.onnx``: ``image_embeds`` -> ``cross_key.N, cross_value.N [b, heads, 577, d]`` for each layer
   N, the keys and values its cross-attention reads at every token, computed once per image;
-- ``decoder_step.onnx``: the next token's logits from the new tokens, their positions and the KV cache, a
-  fixed number of slots per row that the caller allocates once per batch (prompt plus every token it may
-  feed back): ``input_ids, position_ids [b, t]``, ``attention_bias [b, 1, t, slots]`` (0 where a new token
-  may look, the smallest float elsewhere: later slots, left padding), ``cache_positions [t]`` (the slot each
-  new token's keys and values go to), ``past_key.N, past_value.N [b, heads, slots, d]``, ``cross_key.N,
-  cross_value.N`` -> ``logits [b, vocab]`` (last position), ``present_key.N, present_value.N`` (the past with
-  the new tokens written in, same shape).
+- ``decoder_step.onnx``: one step of greedy decoding over the new tokens, their positions and the KV cache, a
+  fixed number of slots per row (prompt plus every token it may feed back): ``input_ids, position_ids [b, t]``,
+  ``attention_bias [b, 1, t, slots]`` (0 where a new token may look, the smallest float elsewhere: later slots,
+  left padding), ``cache_positions [b, t]`` (the slot each new token's keys and values go to, per row),
+  ``seen [b, vocab]`` (bool: the tokens the row holds so far, for the repetition penalty),
+  ``repetition_penalty [1]``, ``slot_ids [slots]`` (0, 1, ...), ``past_key.N, past_value.N [b, heads, slots,
+  d]``, ``cross_key.N, cross_value.N`` -> ``logits [b, vocab]`` (last position), the next step's inputs
+  (``next_ids, next_position_ids, next_cache_positions [b, 1]``, ``next_attention_bias [b, 1, 1, slots]``,
+  ``next_seen``: the greedy choice after Hugging Face's repetition penalty, fed back), and ``present_key.N,
+  present_value.N`` (the past with the new tokens written in, same shape).
+
+The greedy loop stays on the device: each step's outputs are the next step's inputs, so the host reads only
+``next_ids`` (a token per row) and never the logits, which only the build's fidelity check binds.
 
 Fixed slots rather than a cache that grows by a token per step: every step of a caption has the same
 shapes (what CUDA graphs need to replay a step), and a step copies no more than a growing cache's
-concatenation did. The caller computes the bias and the slots (a few bytes), so that nothing in the
-graph derives values from shapes: on a GPU that would mean nodes on the CPU and copies to the device.
+concatenation did. Slots per row (each row its own cache positions) let rows at different points of their
+captions share a step. The caller gives the slots' ids and the first step's bias (a few bytes), so that nothing
+in the graph derives values from shapes: on a GPU that would mean nodes on the CPU and copies to the device.
 
 One tensor per layer rather than one stacked over the layers: each layer would otherwise slice (copy) its
 part of the stack at every token (docs/performance.md, "Why the code is as it is", says how much).
@@ -36,12 +43,22 @@ from torch import nn
 from transformers import BlipForConditionalGeneration, BlipTextConfig, BlipVisionConfig
 
 # Where and under which names the captioner reads them.
-from pipeline_src.steps.text_decoder import CACHE_LAYOUT, CROSS_KV_FILE, DECODER_STEP_FILE, IMAGE_EMBEDS, cache_names
+from pipeline_src.steps.text_decoder import (
+    CACHE_LAYOUT,
+    CROSS_KV_FILE,
+    DECODER_STEP_FILE,
+    IMAGE_EMBEDS,
+    NEXT_OUTPUTS,
+    STEP_INPUTS,
+    cache_names,
+)
 
 OPSET = 17
 
 VISION_INPUT, VISION_OUTPUT = "pixel_values", IMAGE_EMBEDS
-TOKEN_INPUTS = ["input_ids", "position_ids", "attention_bias", "cache_positions"]
+# The decoder step's inputs and outputs beside the caches, in order (pipeline_src.steps.text_decoder binds them).
+TOKEN_INPUTS = list(STEP_INPUTS)
+TOKEN_OUTPUTS = ["logits", *NEXT_OUTPUTS]
 
 
 def text_config(blip: BlipForConditionalGeneration) -> BlipTextConfig:
@@ -153,7 +170,9 @@ class DecoderStep(nn.Module):
         self.heads = text_config(blip).num_attention_heads
         self.head_size = text_config(blip).hidden_size // self.heads
 
-    def forward(self, input_ids, position_ids, attention_bias, cache_positions, *caches):
+    def forward(
+        self, input_ids, position_ids, attention_bias, cache_positions, seen, repetition_penalty, slot_ids, *caches
+    ):
         """``caches``: the past keys and values, then the cross-attention's, each in ``cache_names`` order."""
         past, cross = caches[: 2 * len(self.layers)], caches[2 * len(self.layers) :]
         hidden = self.embeddings(input_ids=input_ids, position_ids=position_ids)
@@ -161,7 +180,7 @@ class DecoderStep(nn.Module):
         for index, layer in enumerate(self.layers):
             own = layer.attention.self
             new_keys = _split_heads(own.key(hidden), self.heads)
-            slots = cache_positions[None, None, :, None].expand_as(new_keys)
+            slots = cache_positions[:, None, :, None].expand_as(new_keys)
             keys = past[2 * index].scatter(2, slots, new_keys)
             values = past[2 * index + 1].scatter(2, slots, _split_heads(own.value(hidden), self.heads))
             present += [keys, values]
@@ -179,7 +198,23 @@ class DecoderStep(nn.Module):
             hidden = layer.output(layer.intermediate(attended), attended)
         # [b, 1, H] rather than [b, H]: exported as MatMul (not Gemm), which the int8 build quantises too.
         logits = self.lm_head(hidden[:, -1:, :])[:, 0, :]
-        return (logits, *present)
+        inputs = (position_ids, attention_bias, cache_positions, seen, repetition_penalty, slot_ids)
+        return (logits, *greedy_next(logits, *inputs), *present)
+
+
+def greedy_next(logits, position_ids, attention_bias, cache_positions, seen, repetition_penalty, slot_ids) -> tuple:
+    """The next step's inputs, on the device: the greedy token after Hugging Face's repetition penalty (its
+    RepetitionPenaltyLogitsProcessor: a seen token's score divided by the penalty when positive, multiplied when
+    negative; argmax takes the first of equal scores, as torch's does), one position and one slot further, the
+    new slot made visible, the token marked seen. A row whose slots are full stays on its last slot (a row that
+    has finished and waits to leave a shared step; its answers are not read)."""
+    penalised = torch.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)
+    next_ids = torch.argmax(torch.where(seen, penalised, logits), dim=-1, keepdim=True)
+    next_slot = torch.minimum(cache_positions[:, -1:] + 1, slot_ids[-1:])
+    visible = slot_ids[None, None, None, :] == next_slot[:, None, :, None]
+    next_bias = attention_bias[:, :, -1:, :].masked_fill(visible, 0.0)
+    next_seen = seen.scatter(1, next_ids, torch.ones_like(next_ids, dtype=torch.bool))
+    return next_ids, position_ids[:, -1:] + 1, next_bias, next_slot, next_seen
 
 
 def export_graphs(blip: BlipForConditionalGeneration, directory: Path, vision_path: Path) -> DecoderShape:
@@ -227,24 +262,31 @@ def export_decoder_step(module: nn.Module, shape: DecoderShape, path: Path, devi
     ids = torch.full((BATCH, NEW), shape.bos_token_id, dtype=torch.long, device=device)
     positions = torch.arange(NEW, device=device).repeat(BATCH, 1)
     bias = torch.zeros(BATCH, 1, NEW, SLOTS, device=device)
-    cache_positions = torch.arange(NEW, device=device)
+    cache_positions = torch.arange(NEW, device=device).repeat(BATCH, 1)
+    seen = torch.zeros(BATCH, shape.vocab_size, dtype=torch.bool, device=device)
+    penalty = torch.ones(1, device=device)
+    slot_ids = torch.arange(SLOTS, device=device)
     past_sample = [torch.zeros(BATCH, shape.heads, SLOTS, shape.head_size, device=device) for _ in past]
     cross_sample = [torch.zeros(BATCH, shape.heads, shape.image_tokens, shape.head_size, device=device) for _ in cross]
     axes = {
         "input_ids": {0: "batch", 1: "new"},
         "position_ids": {0: "batch", 1: "new"},
         "attention_bias": {0: "batch", 2: "new", 3: "slots"},
-        "cache_positions": {0: "new"},
+        "cache_positions": {0: "batch", 1: "new"},
+        "seen": {0: "batch"},
+        "slot_ids": {0: "slots"},
         "logits": {0: "batch"},
+        **{name: {0: "batch"} for name in NEXT_OUTPUTS},
+        "next_attention_bias": {0: "batch", 3: "slots"},
         **{name: {0: "batch", 2: "slots"} for name in [*past, *present]},
         **{name: {0: "batch"} for name in cross},
     }
     _export(
         module,
-        (ids, positions, bias, cache_positions, *past_sample, *cross_sample),
+        (ids, positions, bias, cache_positions, seen, penalty, slot_ids, *past_sample, *cross_sample),
         path,
         [*TOKEN_INPUTS, *past, *cross],
-        ["logits", *present],
+        [*TOKEN_OUTPUTS, *present],
         axes,
     )
 

@@ -15,18 +15,24 @@ from pipeline_src.steps.captioning import blip_prompt_ids, join_caption
 
 
 class HuggingFaceCaptioner:
-    def __init__(self, model: BlipForConditionalGeneration, tokenizer, max_new_tokens: int = 20):
+    def __init__(
+        self, model: BlipForConditionalGeneration, tokenizer, max_new_tokens: int = 20, repetition_penalty: float = 1.0
+    ):
         self.model = model.float().eval()
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
+        self.repetition_penalty = repetition_penalty
         self.shape = DecoderShape.of(model)
 
     @classmethod
-    def load(cls, snapshot_dir: str | Path, max_new_tokens: int = 20) -> HuggingFaceCaptioner:
+    def load(
+        cls, snapshot_dir: str | Path, max_new_tokens: int = 20, repetition_penalty: float = 1.0
+    ) -> HuggingFaceCaptioner:
         return cls(
             BlipForConditionalGeneration.from_pretrained(str(snapshot_dir)),
             AutoTokenizer.from_pretrained(str(snapshot_dir)),
             max_new_tokens,
+            repetition_penalty,
         )
 
     @torch.inference_mode()
@@ -39,6 +45,9 @@ class HuggingFaceCaptioner:
             pixel_values=torch.from_numpy(np.ascontiguousarray(pixel_values[None])),
             input_ids=given,
             max_new_tokens=self.max_new_tokens,
+            # passed, not set on the model's generation config: BLIP's generate hands its kwargs to the text
+            # decoder's generate, which reads the text decoder's own config
+            repetition_penalty=self.repetition_penalty,
             do_sample=False,
             num_beams=1,
         )

@@ -61,17 +61,6 @@ def blip_prompt_ids(encoded: Sequence[int], bos_token_id: int) -> list[int]:
     return [bos_token_id, *encoded[1:-1]]
 
 
-def penalise_repetition(logits: np.ndarray, seen: list[list[int]], penalty: float) -> np.ndarray:
-    """Hugging Face's repetition penalty: each token seen so far is made less likely (divided when
-    positive, multiplied when negative)."""
-    logits = logits.copy()
-    for row, tokens in enumerate(seen):
-        distinct = np.unique(tokens)
-        scores = logits[row, distinct]
-        logits[row, distinct] = np.where(scores < 0, scores * penalty, scores / penalty)
-    return logits
-
-
 class GreedyCaptioner:
     """Captions for a batch of image embeddings, each with its own prompt, as ``generate`` writes them."""
 
@@ -134,34 +123,36 @@ class GreedyCaptioner:
         return [join_caption(prompt, continuation) for prompt, continuation in zip(prompts, continuations)]
 
     def warm_up(self) -> float:
-        """One full caption (every token up to ``max_new_tokens``) of zero image embeddings, so that a
-        ready server's first request finds ONNX Runtime's arena and kernels set up. Returns its seconds."""
+        """One full caption (every token up to ``max_new_tokens``) of zero image embeddings at each batch size
+        the decoder records (one otherwise), so that a ready server's first requests find ONNX Runtime's arena,
+        kernels and CUDA graphs set up, and nothing is recorded while serving. Returns its seconds."""
         started = time.perf_counter()
         shape = self.decoder.shape
-        zeros = np.zeros((1, shape["image_tokens"], shape["vision_hidden_size"]), dtype=np.float32)
-        logits, state = self.decoder.prefill(zeros, [self.prompt_ids("a photo of")], self.max_new_tokens)
-        for _ in range(self.max_new_tokens - 1):  # no early [SEP]: the longest caption's cost
-            logits = self.decoder.advance(state, logits.argmax(axis=-1))
+        for size in self.decoder.warm_sizes:
+            zeros = np.zeros((size, shape["image_tokens"], shape["vision_hidden_size"]), dtype=np.float32)
+            _, state = self.decoder.start(
+                zeros, [self.prompt_ids("a photo of")] * size, self.max_new_tokens, self.repetition_penalty
+            )
+            for _ in range(self.max_new_tokens - 1):  # no early [SEP]: the longest caption's cost
+                self.decoder.step(state)
         return time.perf_counter() - started
 
     def generate(self, image_embeds: np.ndarray, prompt_ids: Sequence[Sequence[int]]) -> list[list[int]]:
-        """Each row's new tokens, up to and including [SEP] (or ``max_new_tokens`` of them)."""
+        """Each row's new tokens, up to and including [SEP] (or ``max_new_tokens`` of them). The greedy choice is
+        the decoder's, on its device: a token per row comes back at each step, never the logits."""
         sep = self.decoder.shape["sep_token_id"]
         with self.clock.timing("prefill"):
-            logits, state = self.decoder.prefill(image_embeds, prompt_ids, self.max_new_tokens)
+            tokens, state = self.decoder.start(image_embeds, prompt_ids, self.max_new_tokens, self.repetition_penalty)
         generated: list[list[int]] = [[] for _ in prompt_ids]
         unfinished = np.ones(len(prompt_ids), dtype=bool)
         for step in range(self.max_new_tokens):
-            if self.repetition_penalty != 1.0:
-                logits = penalise_repetition(logits, state.seen, self.repetition_penalty)
-            tokens = np.where(unfinished, logits.argmax(axis=-1), self.decoder.shape["pad_token_id"])
             for row in np.flatnonzero(unfinished):
                 generated[row].append(int(tokens[row]))
             unfinished &= tokens != sep
             if not unfinished.any() or step == self.max_new_tokens - 1:
                 break
             with self.clock.timing("decoder_step"):
-                logits = self.decoder.advance(state, tokens)
+                tokens = self.decoder.step(state)  # a finished row goes on, unread: rows never mix
         return generated
 
 

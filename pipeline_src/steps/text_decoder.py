@@ -7,12 +7,17 @@ has a slot for every token a row may hold (prompt and fed-back tokens), allocate
 Prompts of different lengths are left-padded; each row keeps its own positions (0 at its first real
 token) and a bias that hides the padding and the slots not yet written, so neither changes anything in
 what a row attends to.
+
+Two ways to run it. Greedy generation (``start``, then ``step``): each step makes the next step's inputs on
+the device (the greedy token after the repetition penalty, its position, slot and bias), so only a token per
+row comes to the host. The build's fidelity check (``prefill``, then ``advance`` with tokens of its choice):
+the logits come to the host, for teacher forcing against Hugging Face.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,10 +31,23 @@ DECODER_SHAPE_FILE = "decoder.json"  # the text decoder's dimensions and special
 CROSS_KV_FILE = "cross_kv.onnx"
 DECODER_STEP_FILE = "decoder_step.onnx"
 IMAGE_EMBEDS = "image_embeds"  # the vision encoder's output, the cross-attention's input
-# The decoder step's cache layout, written into decoder.json by the build: graphs of another layout (an
-# earlier build's cache that grew by a token per step) are rebuilt by `make models`.
-CACHE_LAYOUT = "fixed-slots"
+# The decoder step's layout, written into decoder.json by the build: graphs of another layout (an earlier
+# build's, whose step returned logits alone, or whose cache grew by a token per step) are rebuilt by `make models`.
+CACHE_LAYOUT = "row-slots-greedy"
 MASKED = np.finfo(np.float32).min  # the bias of a slot a token may not look at (Hugging Face's eager mask)
+# The decoder step's inputs beside the caches, and the outputs that are the next step's inputs (in the same
+# order as the inputs they feed); the graph's other outputs are the logits and the present caches.
+STEP_INPUTS = (
+    "input_ids",
+    "position_ids",
+    "attention_bias",
+    "cache_positions",
+    "seen",
+    "repetition_penalty",
+    "slot_ids",
+)
+NEXT_OUTPUTS = ("next_ids", "next_position_ids", "next_attention_bias", "next_cache_positions", "next_seen")
+FED_BACK = dict(zip(NEXT_OUTPUTS, STEP_INPUTS))  # next_ids -> input_ids, ...
 
 
 def cache_names(kind: str, layers: int) -> list[str]:
@@ -49,6 +67,10 @@ class DecoderState:
     written: int  # slots written so far, the same for every row (prompts are left-padded to one width)
     next_position: np.ndarray  # [batch]: the position the row's next token takes
     seen: list[list[int]] = field(default_factory=list)  # each row's tokens, prompt included (repetition penalty)
+    repetition_penalty: float = 1.0
+    # Greedy generation: the next step's inputs as the last step made them, where it made them (FED_BACK's names)
+    fed_back: dict[str, ort.OrtValue] = field(default_factory=dict)
+    binding: ort.IOBinding | None = None  # the last step's (what it bound is what crossed to the host)
 
     @property
     def slots(self) -> int:
@@ -73,8 +95,9 @@ class TextDecoder:
         self.shape = json.loads((directory / DECODER_SHAPE_FILE).read_text())
         if self.shape.get("cache_layout") != CACHE_LAYOUT:
             raise ValueError(
-                f"{directory} holds decoder graphs of an earlier layout (a cache that grows by a token per step, "
-                f"not {CACHE_LAYOUT!r}): rebuild them with `make models` (scripts/build_models.py)"
+                f"{directory} holds decoder graphs of an earlier layout (not {CACHE_LAYOUT!r}: a step without "
+                "the greedy choice, or a cache that grows by a token per step): rebuild them with `make models` "
+                "(scripts/build_models.py)"
             )
         self.cross_names, self.past_names, self.present_names = (
             cache_names(kind, self.shape["layers"]) for kind in ("cross", "past", "present")
@@ -82,7 +105,7 @@ class TextDecoder:
         self.cross_kv = onnx_session(
             precision_file(directory / CROSS_KV_FILE, precision), on_gpu, device_id, intra_op_threads, cpu_arena=False
         )  # once per request
-        self.step = onnx_session(
+        self.step_session = onnx_session(
             precision_file(directory / DECODER_STEP_FILE, precision),
             on_gpu,
             device_id,
@@ -91,16 +114,83 @@ class TextDecoder:
         )
         # The caches stay on the session's device: on a GPU, copying them to the host and back at every token
         # (42 MB of cross-attention keys and values per image with BLIP base) would cost more than the step.
-        on_cuda = self.step.get_providers()[0] == "CUDAExecutionProvider"
+        on_cuda = self.step_session.get_providers()[0] == "CUDAExecutionProvider"
         self.device = ("cuda" if on_cuda else "cpu", device_id if on_cuda else 0)
         self.unrecorded = ort.RunOptions()  # shapes that change from batch to batch: never a CUDA graph
         self.unrecorded.add_run_config_entry("gpu_graph_id", "-1")
+
+    @property
+    def providers(self) -> list[str]:
+        return self.step_session.get_providers()
+
+    @property
+    def warm_sizes(self) -> tuple[int, ...]:
+        """The batch sizes a warm-up runs once each (``FixedBufferDecoder``: every size it records)."""
+        return (1,)
+
+    # --- greedy generation: only tokens come to the host ------------------------------------------------------
+
+    def start(
+        self,
+        image_embeds: np.ndarray,
+        prompt_ids: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        repetition_penalty: float = 1.0,
+    ) -> tuple[np.ndarray, DecoderState]:
+        """Each row's first new token (greedy, after the repetition penalty), and the state to go on from."""
+        state, prompt = self._prefill_state(image_embeds, prompt_ids, max_new_tokens, repetition_penalty)
+        return self._greedy_run(state, prompt, prompt["input_ids"].shape[1]), state
+
+    def step(self, state: DecoderState) -> np.ndarray:
+        """Feed each row's last token (already where the step runs); each row's next token."""
+        if state.written == state.slots:
+            raise ValueError(f"the cache's {state.slots} slots are full: start with a larger max_new_tokens")
+        return self._greedy_run(state, state.fed_back, 1)
+
+    def _greedy_run(self, state: DecoderState, inputs: Mapping[str, np.ndarray | ort.OrtValue], new: int) -> np.ndarray:
+        binding = self._bind(state, inputs, dict.fromkeys(NEXT_OUTPUTS, self.device))
+        state.binding = binding
+        outputs = self._run(state, binding, new)
+        state.fed_back = {FED_BACK[name]: value for name, value in zip(NEXT_OUTPUTS, outputs)}
+        return state.fed_back["input_ids"].numpy()[:, 0]
+
+    # --- the build's fidelity check: the logits come to the host -------------------------------------------------
 
     def prefill(
         self, image_embeds: np.ndarray, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int
     ) -> tuple[np.ndarray, DecoderState]:
         """The logits after each row's prompt, and the state to go on from: a cache with room for the prompt and
         the ``max_new_tokens - 1`` tokens that may be fed back (the last one generated never is)."""
+        state, prompt = self._prefill_state(image_embeds, prompt_ids, max_new_tokens, 1.0)
+        return self._logits_run(state, prompt), state
+
+    def advance(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
+        """Feed one token per row of the caller's choice; the logits for the token after it."""
+        positions = self.take_slot(state, tokens)
+        bias, cache_positions = attention_bias(state, 1)
+        inputs = {
+            "input_ids": tokens.astype(np.int64)[:, None],
+            "position_ids": positions,
+            "attention_bias": bias,
+            "cache_positions": cache_positions,
+            "seen": self.seen_mask(state.seen),
+        }
+        return self._logits_run(state, inputs)
+
+    def _logits_run(self, state: DecoderState, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        binding = self._bind(state, inputs, {"logits": ("cpu", 0)})
+        return self._run(state, binding, inputs["input_ids"].shape[1])[0].numpy()
+
+    # --- shared -------------------------------------------------------------------------------------------------
+
+    def _prefill_state(
+        self,
+        image_embeds: np.ndarray,
+        prompt_ids: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        repetition_penalty: float,
+    ) -> tuple[DecoderState, dict[str, np.ndarray]]:
+        """The cross-attention's keys and values, an empty cache, and the prompt's step inputs."""
         rows, width = len(prompt_ids), max(len(ids) for ids in prompt_ids)
         input_ids, positions, real = self.left_padded(prompt_ids, width + max(max_new_tokens - 1, 0))
         binding = self.cross_kv.io_binding()
@@ -118,8 +208,24 @@ class TextDecoder:
             0,
             np.array([len(ids) for ids in prompt_ids], dtype=np.int64),
             [list(ids) for ids in prompt_ids],
+            repetition_penalty,
         )
-        return self._run(state, input_ids, positions), state
+        bias, cache_positions = attention_bias(state, width)
+        prompt = {
+            "input_ids": input_ids,
+            "position_ids": positions,
+            "attention_bias": bias,
+            "cache_positions": cache_positions,
+            "seen": self.seen_mask(state.seen),
+        }
+        return state, prompt
+
+    def seen_mask(self, seen: Sequence[Sequence[int]]) -> np.ndarray:
+        """``[rows, vocab]``: True at each token a row holds (the repetition penalty's tokens)."""
+        mask = np.zeros((len(seen), self.shape["vocab_size"]), dtype=bool)
+        for row, tokens in enumerate(seen):
+            mask[row, list(tokens)] = True
+        return mask
 
     def left_padded(self, prompt_ids: Sequence[Sequence[int]], slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The prompts as one step's ``input_ids`` and ``position_ids [rows, width]``, left-padded so that every
@@ -134,11 +240,6 @@ class TextDecoder:
             real[row, width - len(ids) : width] = True
         return input_ids, positions, real
 
-    def advance(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
-        """Feed one token per row; the logits for the token after it."""
-        positions = self.take_slot(state, tokens)
-        return self._run(state, tokens.astype(np.int64)[:, None], positions)
-
     @staticmethod
     def take_slot(state: DecoderState, tokens: np.ndarray) -> np.ndarray:
         """Record one fed token per row and mark the next slot written; the positions ``[rows, 1]`` they take."""
@@ -151,31 +252,50 @@ class TextDecoder:
         state.real[:, state.written] = True
         return positions
 
-    def _run(self, state: DecoderState, input_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """One step over the new tokens ``[batch, t]``, written to the next ``t`` slots."""
-        bias, cache_positions = attention_bias(state, input_ids.shape[1])
-        binding = self.step.io_binding()
-        for name, array in (
-            ("input_ids", input_ids),
-            ("position_ids", positions),
-            ("attention_bias", bias),
-            ("cache_positions", cache_positions),
-        ):
-            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+    def _bind(
+        self,
+        state: DecoderState,
+        inputs: Mapping[str, np.ndarray | ort.OrtValue],
+        outputs: Mapping[str, tuple[str, int]],
+    ) -> ort.IOBinding:
+        """A step's binding: the token inputs (host arrays, or values the last step left on the device), the
+        penalty, the slots' ids, the caches; ``outputs`` where each is wanted, then the present caches, on the
+        device (``get_outputs`` returns them in this order)."""
+        binding = self.step_session.io_binding()
+        given = {
+            "repetition_penalty": np.array([state.repetition_penalty], np.float32),
+            "slot_ids": np.arange(state.slots, dtype=np.int64),
+            **inputs,
+        }
+        for name in STEP_INPUTS:
+            value = given[name]
+            if isinstance(value, ort.OrtValue):
+                binding.bind_ortvalue_input(name, value)
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
         for name, value in zip([*self.past_names, *self.cross_names], [*state.cache, *state.cross]):
             binding.bind_ortvalue_input(name, value)
-        binding.bind_output("logits", "cpu")  # what the greedy choice reads
+        for name, (device, device_id) in outputs.items():
+            binding.bind_output(name, device, device_id)
         for name in self.present_names:
             binding.bind_output(name, *self.device)
-        self.step.run_with_iobinding(binding, self.unrecorded)
-        logits, *state.cache = binding.get_outputs()
-        state.written += input_ids.shape[1]
-        return logits.numpy()
+        return binding
+
+    def _run(self, state: DecoderState, binding: ort.IOBinding, new_tokens: int) -> list[ort.OrtValue]:
+        """One step over ``new_tokens`` tokens a row, written to the next slots; the outputs bound before the
+        present caches, which become the state's cache."""
+        self.step_session.run_with_iobinding(binding, self.unrecorded)
+        outputs = binding.get_outputs()
+        firsts = len(outputs) - len(self.present_names)
+        state.cache = outputs[firsts:]
+        state.written += new_tokens
+        return outputs[:firsts]
 
 
 def attention_bias(state: DecoderState, new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """The next ``new_tokens`` tokens' attention bias ``[batch, 1, t, slots]`` and slots ``[t]``: a token looks at
-    the slots up to its own that hold a token."""
+    """The next ``new_tokens`` tokens' attention bias ``[batch, 1, t, slots]`` and slots ``[batch, t]``: a token
+    looks at the slots up to its own that hold a token."""
     cache_positions = np.arange(state.written, state.written + new_tokens, dtype=np.int64)
     visible = state.real[:, None, :] & (np.arange(state.slots)[None, None, :] <= cache_positions[None, :, None])
-    return np.where(visible, np.float32(0.0), MASKED)[:, None], cache_positions
+    rows = len(state.real)
+    return np.where(visible, np.float32(0.0), MASKED)[:, None], np.broadcast_to(cache_positions, (rows, new_tokens))

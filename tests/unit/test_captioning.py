@@ -18,8 +18,8 @@ from pipeline_src.model_build.blip_fidelity import check_pixels
 from pipeline_src.model_build.blip_graphs import GraphPaths
 from pipeline_src.model_build.blip_snapshot import STANDIN_SIZES, standin_config, standin_processor
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
-from pipeline_src.steps.captioning import GreedyCaptioner, penalise_repetition, standin_info
-from pipeline_src.steps.fixed_buffers import FixedBufferDecoder
+from pipeline_src.steps.captioning import GreedyCaptioner, standin_info
+from pipeline_src.steps.fixed_buffers import FixedBufferDecoder, FixedState
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import choose_precision
 from pipeline_src.steps.text_decoder import TextDecoder
@@ -184,22 +184,23 @@ def test_slots_not_yet_written_change_nothing(captioner, vision, pixels):
 
 
 def test_fixed_buffers_caption_as_the_plain_decoder(captioner, graphs_dir, vision, pixels):
-    """Batches padded to a few sizes, buffers allocated once per size and reused by the next batch, two caches
-    that the steps alternate between (CUDA graphs' addresses): the captions and logits of the plain decoder."""
+    """Batches padded to a few sizes, on the first rows of buffers allocated once, two sets of buffers that the
+    steps alternate between, one binding per size and parity made once (CUDA graphs' addresses): the plain
+    decoder's captions and first tokens."""
     fixed = GreedyCaptioner(
         FixedBufferDecoder(graphs_dir, max_prompt_tokens=16, max_new_tokens=12, batch_sizes=(1, 4)),
         captioner.tokenizer,
         max_new_tokens=12,
     )
     embeds = vision(pixels)
-    for rows in (3, 1, 4, 3):  # padded to 4, then 1, then 4's buffers again
+    for rows in (3, 1, 4, 3):  # padded to 4, then 1, then 4's bindings again
         prompts = (PROMPTS * 2)[:rows]
         assert fixed.caption(embeds[:rows], prompts) == captioner.caption(embeds[:rows], prompts)
-    assert sorted(fixed.decoder.buffers) == [1, 4]
+    assert sorted(fixed.decoder.bindings) == [(1, 0), (1, 1), (4, 0), (4, 1)]
     prompt_ids = [captioner.prompt_ids(prompt) for prompt in PROMPTS]
-    ours, _ = fixed.decoder.prefill(embeds[:3], prompt_ids, 12)
-    theirs, _ = captioner.decoder.prefill(embeds[:3], prompt_ids, 12)
-    assert ours.shape == theirs.shape and np.abs(ours - theirs).max() <= 1e-5 * np.abs(theirs).max()
+    ours, state = fixed.decoder.start(embeds[:3], prompt_ids, 12)
+    theirs, _ = captioner.decoder.start(embeds[:3], prompt_ids, 12)
+    assert isinstance(state, FixedState) and state.size == 4 and ours.tolist() == theirs.tolist()
 
 
 def test_a_batch_beyond_the_fixed_buffers_is_captioned_as_by_the_plain_decoder(captioner, graphs_dir, vision, pixels):
@@ -208,7 +209,7 @@ def test_a_batch_beyond_the_fixed_buffers_is_captioned_as_by_the_plain_decoder(c
     embeds = vision(pixels[:3])
     assert fixed.caption(embeds, PROMPTS) == captioner.caption(embeds, PROMPTS)  # 3 rows, prompts over 4 tokens
     assert fixed.caption(embeds[:1], [""]) == captioner.caption(embeds[:1], [""])  # fits: [DEC] alone
-    assert list(decoder.buffers) == [1]
+    assert sorted(decoder.bindings) == [(1, 0), (1, 1)]
 
 
 def test_graphs_of_the_earlier_cache_layout_are_refused_and_rebuilt(graphs_dir, tmp_path):
@@ -245,9 +246,16 @@ def test_prompt_count_must_match_image_count(captioner, vision, pixels):
         captioner.caption(vision(pixels[:3]), PROMPTS[:2])
 
 
-def test_repetition_penalty_is_hugging_faces():
-    logits = np.array([[2.0, -2.0, 1.0, 0.5]], dtype=np.float32)
-    assert penalise_repetition(logits, [[0, 1, 1]], 2.0).tolist() == [[1.0, -4.0, 1.0, 0.5]]
+def test_the_repetition_penalty_on_the_device_is_hugging_faces(graphs_dir, hugging_face, vision, pixels):
+    """The decoder step applies the penalty before its greedy choice: generate's captions with the same penalty
+    (a strong one, so that it changes captions here)."""
+    penalised = GreedyCaptioner.load(graphs_dir, max_new_tokens=12, repetition_penalty=3.0)
+    plain = GreedyCaptioner.load(graphs_dir, max_new_tokens=12)
+    prompts = (PROMPTS * 2)[: len(pixels)]
+    penalising = HuggingFaceCaptioner(hugging_face.model, hugging_face.tokenizer, 12, repetition_penalty=3.0)
+    expected = penalising.caption(pixels, prompts)
+    assert penalised.caption(vision(pixels), prompts) == expected
+    assert expected != plain.caption(vision(pixels), prompts)
 
 
 def test_the_build_wrote_each_options_fidelity(model_repository, graphs_dir):
@@ -267,3 +275,108 @@ def test_auto_precision_follows_the_measured_agreement(tmp_path):
     assert choose_precision("auto", tmp_path / "nowhere", 0.0, on_gpu=False).precision == "fp32"
     assert choose_precision("int8", tmp_path, 1.0, on_gpu=False).precision == "int8"
     assert choose_precision("int8", tmp_path, 1.0, on_gpu=True).precision == "fp32"
+
+
+# --- the greedy loop on the decoder's device (issue: only the next tokens come to the host) ---------------------
+
+VARIED_PROMPTS = ["a photo of noodles/pasta,", "", "a photo of bread,", "a photo of vegetable/fruit,", "a dish"]
+
+
+def host_greedy(decoder: TextDecoder, embeds, prompt_ids, max_new_tokens: int, sep: int) -> list[list[int]]:
+    """The earlier captioner's loop, the logits on the host: argmax there after Hugging Face's repetition
+    penalty (1.0 here), each row stopping at ``sep``."""
+    logits, state = decoder.prefill(embeds, prompt_ids, max_new_tokens)
+    generated: list[list[int]] = [[] for _ in prompt_ids]
+    unfinished = np.ones(len(prompt_ids), dtype=bool)
+    for step in range(max_new_tokens):
+        tokens = logits.argmax(axis=-1)
+        for row in np.flatnonzero(unfinished):
+            generated[row].append(int(tokens[row]))
+        unfinished &= tokens != sep
+        if not unfinished.any() or step == max_new_tokens - 1:
+            return generated
+        logits = decoder.advance(state, tokens)
+    return generated
+
+
+def ended_at(tokens: list[int], sep: int) -> list[int]:
+    """A generation as it would have stopped at ``sep``: the same choices up to it."""
+    return tokens[: tokens.index(sep) + 1] if sep in tokens else tokens
+
+
+@pytest.fixture(scope="module")
+def many_rows(vision, hugging_face, captioner):
+    """32 rows: the check photos, mirrored and cropped, with prompts of different lengths (one empty); each row's
+    tokens as Hugging Face fp32 generate gives them alone."""
+    pixels = np.concatenate([check_pixels(9)] * 4)[:32]
+    prompt_ids = [captioner.prompt_ids(VARIED_PROMPTS[row % len(VARIED_PROMPTS)]) for row in range(32)]
+    alone = [hugging_face.new_tokens(pixels[row], prompt_ids[row]) for row in range(32)]
+    return vision(pixels), prompt_ids, alone
+
+
+@pytest.fixture(scope="module")
+def early_sep(many_rows):
+    """A token that some rows generate early and others never: taken as the end of a caption, it makes rows of
+    one batch end at different steps (the stand-in's random weights rarely write the real [SEP])."""
+    _, _, alone = many_rows
+    counts = {}
+    for tokens in alone:
+        for token in set(tokens[:4]):
+            counts[token] = counts.get(token, 0) + 1
+    token = max((count, token) for token, count in counts.items() if count < len(alone))[1]
+    assert sum(token not in tokens for tokens in alone) > 0
+    return token
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["plain", "fixed_buffers"])
+@pytest.mark.parametrize("ending", ["sep", "early"])
+def test_the_device_loop_gives_each_row_its_tokens_alone_at_every_batch_size(
+    graphs_dir, captioner, many_rows, early_sep, fixed, ending
+):
+    """Batches of 1 to 32 rows with mixed prompt lengths, rows ending at different steps: every row's tokens are
+    Hugging Face fp32 generate's for it alone, and the earlier host-side loop's."""
+    embeds, prompt_ids, alone = many_rows
+    sep = early_sep if ending == "early" else captioner.decoder.shape["sep_token_id"]
+    decoder = (
+        FixedBufferDecoder(graphs_dir, max_prompt_tokens=16, max_new_tokens=12) if fixed else TextDecoder(graphs_dir)
+    )
+    decoder.shape = {**decoder.shape, "sep_token_id": sep}
+    greedy = GreedyCaptioner(decoder, captioner.tokenizer, max_new_tokens=12)
+    for rows in (1, 2, 3, 5, 8, 13, 16, 32):
+        got = greedy.generate(embeds[:rows], prompt_ids[:rows])
+        assert got == [ended_at(tokens, sep) for tokens in alone[:rows]], rows
+        assert got == host_greedy(TextDecoder(graphs_dir), embeds[:rows], prompt_ids[:rows], 12, sep), rows
+    if ending == "early":
+        assert len({len(tokens) for tokens in greedy.generate(embeds, prompt_ids)}) > 1  # they did end apart
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["plain", "fixed_buffers"])
+def test_no_decoder_step_sends_the_logits_to_the_host(graphs_dir, captioner, many_rows, fixed):
+    """What a step binds is what it hands back: a token per row and the next step's inputs, where the step runs;
+    never a [rows, vocab] float tensor (the logits, 122 KB a row at BLIP's vocabulary, every step)."""
+    embeds, prompt_ids, _ = many_rows
+    decoder = (
+        FixedBufferDecoder(graphs_dir, max_prompt_tokens=16, max_new_tokens=12, batch_sizes=(4, 8))
+        if fixed
+        else TextDecoder(graphs_dir)
+    )
+    vocab = decoder.shape["vocab_size"]
+    tokens, state = decoder.start(embeds[:6], prompt_ids[:6], 12)
+    bindings = [state.binding]
+    for _ in range(3):
+        decoder.step(state)
+        bindings.append(state.binding)
+    if fixed:
+        assert set(map(id, bindings[1:])) == {id(binding) for binding in decoder.bindings.values()}
+    for binding in bindings:
+        for value in binding.get_outputs():
+            assert not (value.data_type() == "tensor(float)" and value.shape()[-1] == vocab), value.shape()
+    assert tokens.shape == (6,) and tokens.dtype == np.int64
+
+
+def test_the_warm_up_makes_every_sizes_bindings_before_serving(graphs_dir, captioner):
+    """On a GPU each (size, parity) binding's first run is recorded as a CUDA graph: the warm-up runs them all,
+    so no request pays for a recording."""
+    decoder = FixedBufferDecoder(graphs_dir, max_prompt_tokens=16, max_new_tokens=4, batch_sizes=(1, 2, 4))
+    GreedyCaptioner(decoder, captioner.tokenizer, max_new_tokens=4).warm_up()
+    assert sorted(decoder.bindings) == [(size, parity) for size in (1, 2, 4) for parity in (0, 1)]

@@ -25,7 +25,7 @@ class TritonPythonModel:
         choice = self.captioner.choice
         self.step.logger.log_info(
             f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), "
-            f"providers {self.captioner.decoder.step.get_providers()}"
+            f"providers {self.captioner.decoder.providers}"
         )
         if settings.warm_up:
             self.step.logger.log_info(f"{self.step.name}: warmed up in {self.captioner.warm_up():.2f} s")
