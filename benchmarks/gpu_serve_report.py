@@ -224,8 +224,8 @@ PERF_COLUMNS = (
 CAPTIONER_PHASE_COLUMNS = (
     "model",
     "concurrency",
-    "captioner_mean_batch",
-    *(f"captioner_{phase}_ms" for phase in (*CAPTIONER_PHASES, "host")),
+    "captioner_rows_per_step",
+    *(f"captioner_{phase}_ms" for phase in (*CAPTIONER_PHASES, "host") if phase != "row_step"),
 )
 
 
@@ -323,12 +323,13 @@ def markdown(result: Mapping) -> str:
                 level=2,
             )
         )
-        timed = [row for row in result["perf_analyzer"] if "captioner_execute_ms" in row]
+        timed = [row for row in result["perf_analyzer"] if "captioner_iteration_ms" in row]
         if timed:
             parts.append(
                 markdown_table(
-                    "Inside the captioner (its own clock, ms per run: an execute, its prefill, one decoder step for "
-                    "every row, and what an execute spent outside both)",
+                    "Inside the captioner (its own clock: the captions in progress per decoder step; ms per run: an "
+                    "iteration of its loop, a joining request's prefill, one decoder step for every row, and what an "
+                    "iteration spent outside both)",
                     [],
                     list(CAPTIONER_PHASE_COLUMNS),
                     timed,

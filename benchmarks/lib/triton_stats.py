@@ -98,11 +98,16 @@ def step_phases(metrics_url: str) -> dict[tuple[str, str], dict[str, float]]:
     return phases
 
 
+OUTER_PHASES = ("iteration", "execute")  # a step's phase that holds its others
+
+
 def phase_figures(
     before: Mapping[tuple[str, str], Mapping[str, float]], after: Mapping[tuple[str, str], Mapping[str, float]]
 ) -> dict[str, float]:
     """What the steps timed in between, as one row's columns: each phase's mean milliseconds a run
-    (``captioner_decoder_step_ms``), and ``<model>_host_ms``, what an execute spent outside its other phases."""
+    (``captioner_decoder_step_ms``); ``<model>_host_ms``, what a step's outer phase (``iteration``, or ``execute``
+    for a step that times its executes) spent outside its other phases; and ``<model>_rows_per_step``, the rows a
+    decoder step carried (``row_step`` runs over ``decoder_step`` runs)."""
     row: dict[str, float] = {}
     spent: dict[str, dict[str, tuple[float, float]]] = {}
     for (model, phase), now in after.items():
@@ -110,11 +115,15 @@ def phase_figures(
         runs, seconds = now["runs"] - earlier["runs"], now["seconds"] - earlier["seconds"]
         if runs > 0:
             spent.setdefault(model, {})[phase] = (seconds, runs)
-            row[f"{model}_{phase}_ms"] = 1000 * seconds / runs
     for model, phases in spent.items():
-        if "execute" in phases:
-            seconds, runs = phases["execute"]
-            inside = sum(total for phase, (total, _) in phases.items() if phase != "execute")
+        if "row_step" in phases and "decoder_step" in phases:
+            row[f"{model}_rows_per_step"] = phases.pop("row_step")[1] / phases["decoder_step"][1]
+        for phase, (seconds, runs) in phases.items():
+            row[f"{model}_{phase}_ms"] = 1000 * seconds / runs
+        outer = next((phase for phase in OUTER_PHASES if phase in phases), None)
+        if outer:
+            seconds, runs = phases[outer]
+            inside = sum(total for phase, (total, _) in phases.items() if phase != outer)
             row[f"{model}_host_ms"] = 1000 * (seconds - inside) / runs
     return row
 

@@ -46,7 +46,7 @@ def apply_config(config: model_config_pb2.ModelConfig, chosen: StepConfig) -> No
         count=chosen.instance_count, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU
     )
     # Only the count and kind are tuned: the resources the step asks of Triton's rate limiter stay (the vision
-    # encoder's and the captioner's cpu_cores, used with --rate-limit=execution_count).
+    # encoder's cpu_cores, used with --rate-limit=execution_count).
     if config.instance_group and config.instance_group[0].HasField("rate_limiter"):
         group.rate_limiter.CopyFrom(config.instance_group[0].rate_limiter)
     del config.instance_group[:]

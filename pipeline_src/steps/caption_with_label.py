@@ -33,7 +33,7 @@ OUTPUTS = (CAPTION, CAPTION_STATUS, PROMPT, CAPTION_AFTER_PROMPT)  # as its conf
 # The captioner call's tensors, from its declaration, which food11-validate checks against the captioner's config.
 CAPTIONER_CALL = CaptionWithLabelSettings.CAPTIONER_CALL
 EMBEDS_SENT, PROMPT_SENT = CAPTIONER_CALL.inputs  # EMBEDS_SENT: the step's own input, forwarded as is
-(CAPTION_READ,) = CAPTIONER_CALL.outputs
+CAPTION_READ, CAPTION_ERROR_READ = CAPTIONER_CALL.outputs
 
 # The captioner call: prompts -> one caption per prompt (str, or a BYTES tensor's bytes); CaptionerFailed
 # when the captioner answers with an error.

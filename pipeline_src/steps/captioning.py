@@ -26,9 +26,11 @@ STANDIN_MARKER = "STAND_IN.json"  # present only in a stand-in snapshot built by
 # library alone (transformers' AutoTokenizer imports torch: hundreds of MiB of the step's memory for a word
 # list; docs/performance.md, "Why the code is as it is").
 TOKENIZER_FILE = "tokenizer.json"
-# What the captioner step's clock times (its metrics, docs/profiling.md "Inside a step"): a whole execute (timed
-# by its model.py), then, inside it, the prefill and each decoder step (timed here).
-CAPTIONER_PHASES = ("execute", "prefill", "decoder_step")
+# What the captioner step's clock times (its metrics, docs/profiling.md "Inside a step"): each iteration of its loop
+# (pipeline_src.steps.caption_engine: requests join, then one step of every row), and inside it the joining
+# requests' prefill and the decoder step; row_step counts the rows each step carried (no time of its own).
+CAPTIONER_PHASES = ("iteration", "prefill", "decoder_step", "row_step")
+OUTER_PHASE = "iteration"  # the one the others run inside (what it has beyond them: the host's share)
 
 
 def standin_info(model_dir: str | Path) -> dict | None:
@@ -37,22 +39,33 @@ def standin_info(model_dir: str | Path) -> dict | None:
     return json.loads(marker.read_text()) if marker.exists() else None
 
 
+def table_sizes(rows: int, recorded: bool) -> tuple[int, ...]:
+    """The step sizes of a table of ``rows`` rows: where steps are recorded as CUDA graphs, powers of two and
+    ``rows`` (a graph per size, each warmed at load); otherwise every size, so that no step computes more rows
+    than the highest in use."""
+    if not recorded:
+        return tuple(range(1, rows + 1))
+    return tuple(sorted({*(2**power for power in range(rows.bit_length()) if 2**power < rows), rows}))
+
+
 def text_decoder(
     settings: CaptionerSettings, graphs_dir: Path, precision: str, on_gpu: bool = False, device_id: int = 0
-) -> TextDecoder:
-    """The decoder the captioner step runs as its settings describe it: on a GPU instance with
-    ``gpu_cuda_graphs``, on fixed buffers that ONNX Runtime records and replays as CUDA graphs."""
-    if on_gpu and settings.gpu_cuda_graphs:
-        return FixedBufferDecoder(
-            graphs_dir,
-            settings.gpu_max_prompt_tokens,
-            settings.max_new_tokens,
-            precision=precision,
-            on_gpu=on_gpu,
-            device_id=device_id,
-            cuda_graph=True,
-        )
-    return TextDecoder(graphs_dir, precision, on_gpu, device_id, settings.intra_op_threads)
+) -> FixedBufferDecoder:
+    """The decoder the captioner step runs as its settings describe it: a table of ``rows_in_flight`` rows
+    (requests join and leave it between steps); on a GPU instance with ``gpu_cuda_graphs``, its steps recorded
+    and replayed as CUDA graphs."""
+    recorded = on_gpu and settings.gpu_cuda_graphs
+    return FixedBufferDecoder(
+        graphs_dir,
+        settings.max_prompt_tokens,
+        settings.max_new_tokens,
+        table_sizes(settings.rows_in_flight, recorded),
+        precision=precision,
+        on_gpu=on_gpu,
+        device_id=device_id,
+        intra_op_threads=settings.intra_op_threads,
+        cuda_graph=recorded,
+    )
 
 
 def blip_prompt_ids(encoded: Sequence[int], bos_token_id: int) -> list[int]:

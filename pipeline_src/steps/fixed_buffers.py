@@ -1,16 +1,23 @@
-"""The text decoder on fixed buffers, so that ONNX Runtime can replay its steps as CUDA graphs.
+"""The text decoder on fixed buffers: a table of rows that requests join and leave between steps, and that ONNX
+Runtime can replay as CUDA graphs.
 
-A CUDA graph replays a recorded step with the same shapes at the same addresses. So here every tensor a
-step reads or writes is allocated once, for the largest batch size (``capacity`` rows), and a batch is
-padded to one of a few sizes (its extra rows copy its first, and are dropped) and runs on the first rows of
-those buffers. The steps alternate between two sets of buffers (one read, one written: the caches and the
-next step's inputs, which each step makes on the device). A step of a given size and parity then always has
-the same inputs and outputs at the same addresses: its binding is made once, and with ``enable_cuda_graph``
-ONNX Runtime records it once (``gpu_graph_id``) and replays it after; ``warm_up`` records every size's before
-the first request. Only the step's next tokens, a few bytes, come to the host. The prompt's step has another
-width for each batch, so it runs unrecorded (``gpu_graph_id -1``).
+Every tensor a step reads or writes is allocated once, for ``capacity`` rows. A row is one caption being
+written: its cross-attention keys and values, its self-attention cache (``slots`` of them, its own cache
+positions), and the next step's inputs. Rows join at a step boundary (``admit``: the cross-attention and the
+prompt's step for those rows alone, written at their place in the table) and leave when their caption ends; a
+step (``step_rows``) runs over the first rows of the table, as many as one of a few sizes (``batch_sizes``) that
+holds every row in use. Rows in that range that are free step along, unread.
 
-On the CPU the same code runs without recording: the tests check it there against ``TextDecoder``.
+The steps alternate between two sets of buffers (one read, one written: the caches and the next step's inputs,
+which each step makes on the device). A step of a given size and parity then always has the same inputs and
+outputs at the same addresses: its binding is made once, and with ``enable_cuda_graph`` ONNX Runtime records it
+once (``gpu_graph_id``) and replays it after; ``warm_up`` records every size's before the first request. Only the
+step's next tokens, a few bytes, come to the host. A prompt's step has another width and other rows each time, so
+it runs unrecorded (``gpu_graph_id -1``).
+
+``start`` and ``step`` serve a whole batch at once (rows 0 to n-1), as ``TextDecoder``'s do; the captioner step's
+loop (``pipeline_src.steps.caption_engine``) admits and retires rows one request at a time. On the CPU the same
+code runs without recording: the tests check it there against ``TextDecoder``.
 """
 
 from __future__ import annotations
@@ -55,9 +62,8 @@ class Buffers:
 
 @dataclass
 class FixedState(DecoderState):
-    rows: int = 0  # the batch's own rows; it runs on the first ``size`` rows of the buffers
-    size: int = 0
-    parity: int = 0  # which buffer set the next step reads
+    rows: int = 0  # the batch's own rows: rows 0 to rows - 1 of the table
+    size: int = 0  # the step size that holds them
 
 
 def rows_of(value: ort.OrtValue, count: int, first: int = 0) -> tuple[list[int], int]:
@@ -81,16 +87,21 @@ class FixedBufferDecoder(TextDecoder):
         **session_args,
     ):
         super().__init__(directory, **session_args)
+        self.records = bool(session_args.get("cuda_graph")) and self.device[0] == "cuda"
         self.slots = max_prompt_tokens + max(max_new_tokens - 1, 0)
         self.max_prompt_tokens = max_prompt_tokens
         self.batch_sizes = tuple(sorted(batch_sizes))
         self.capacity = self.batch_sizes[-1]
         self.buffers = self._allocate()
         self.bindings: dict[tuple[int, int], ort.IOBinding] = {}  # (size, parity): made once, replayed after
+        self.parity = 0  # the buffer set the next step reads
+        self.repetition_penalty = 0.0  # the penalty buffer's value (0: not set yet)
+        self.last_binding: ort.IOBinding | None = None
 
     @property
     def warm_sizes(self) -> tuple[int, ...]:
-        return self.batch_sizes
+        """Where steps are recorded, every size (so that nothing is recorded while serving); else one."""
+        return self.batch_sizes if self.records else self.batch_sizes[:1]
 
     def fits(self, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int) -> bool:
         longest = max(map(len, prompt_ids))
@@ -127,31 +138,97 @@ class FixedBufferDecoder(TextDecoder):
             slot_ids=ort.OrtValue.ortvalue_from_numpy(np.arange(self.slots, dtype=np.int64), *self.device),
         )
 
-    def _bind_rows(self, binding: ort.IOBinding, name: str, value: ort.OrtValue, rows: int, output: bool) -> None:
-        shape, address = rows_of(value, rows)
+    def _bind_rows(
+        self, binding: ort.IOBinding, name: str, value: ort.OrtValue, rows: int, first: int, output: bool
+    ) -> None:
+        shape, address = rows_of(value, rows, first)
         bind = binding.bind_output if output else binding.bind_input
         bind(name, *self.device, value.element_type(), shape, address)
 
-    def _binding(self, rows: int, read: BufferSet, written: BufferSet, prompt: dict | None = None) -> ort.IOBinding:
-        """A step over the first ``rows`` rows: reads ``read``'s caches and fed inputs (or the prompt's, from the
-        host), writes ``written``'s."""
+    def _binding(
+        self, rows: int, read: BufferSet, written: BufferSet, prompt: dict | None = None, first: int = 0
+    ) -> ort.IOBinding:
+        """A step over rows ``[first, first + rows)``: reads ``read``'s caches and fed inputs (or the prompt's, from
+        the host), writes ``written``'s."""
         binding = self.step_session.io_binding()
         for name in STEP_INPUTS:
             if prompt is not None and name in prompt:
                 binding.bind_cpu_input(name, np.ascontiguousarray(prompt[name]))
             elif name in FED_INPUTS:
-                self._bind_rows(binding, name, read.fed[name], rows, output=False)
+                self._bind_rows(binding, name, read.fed[name], rows, first, output=False)
         binding.bind_ortvalue_input("repetition_penalty", self.buffers.repetition_penalty)
         binding.bind_ortvalue_input("slot_ids", self.buffers.slot_ids)
         for name, value in zip(self.past_names, read.cache):
-            self._bind_rows(binding, name, value, rows, output=False)
+            self._bind_rows(binding, name, value, rows, first, output=False)
         for name, value in zip(self.cross_names, self.buffers.cross):
-            self._bind_rows(binding, name, value, rows, output=False)
+            self._bind_rows(binding, name, value, rows, first, output=False)
         for name in NEXT_OUTPUTS:
-            self._bind_rows(binding, name, written.fed[FED_BACK[name]], rows, output=True)
+            self._bind_rows(binding, name, written.fed[FED_BACK[name]], rows, first, output=True)
         for name, value in zip(self.present_names, written.cache):
-            self._bind_rows(binding, name, value, rows, output=True)
+            self._bind_rows(binding, name, value, rows, first, output=True)
         return binding
+
+    # --- the table: rows join between steps, a step runs over the first rows ------------------------------------
+
+    def size_for(self, rows_in_use: int) -> int:
+        """The step size that holds rows ``[0, rows_in_use)``."""
+        return next(size for size in self.batch_sizes if size >= rows_in_use)
+
+    def admit(
+        self,
+        first: int,
+        image_embeds: np.ndarray,
+        prompt_ids: Sequence[Sequence[int]],
+        repetition_penalty: float = 1.0,
+    ) -> np.ndarray:
+        """Rows ``[first, first + n)`` begin captions of ``image_embeds [n, ...]`` after ``prompt_ids``: their
+        cross-attention keys and values and their prompt's step, written where the next ``step_rows`` reads them;
+        their first new tokens. The other rows are untouched. Prompts must fit (``fits``)."""
+        rows = len(prompt_ids)
+        if not 0 <= first <= first + rows <= self.capacity or not self.fits(prompt_ids, 1):
+            raise ValueError(f"rows {first}..{first + rows - 1} with prompts up to {self.max_prompt_tokens} tokens")
+        buffers = self.buffers
+        binding = self.cross_kv.io_binding()
+        binding.bind_cpu_input(IMAGE_EMBEDS, np.ascontiguousarray(image_embeds, dtype=np.float32))
+        for name, value in zip(self.cross_names, buffers.cross):
+            self._bind_rows(binding, name, value, rows, first, output=True)
+        self.cross_kv.run_with_iobinding(binding)
+        if repetition_penalty != self.repetition_penalty:  # the captioner's one setting: set once in practice
+            buffers.repetition_penalty.update_inplace(np.array([repetition_penalty], np.float32))
+            self.repetition_penalty = repetition_penalty
+
+        input_ids, positions, real = self.left_padded(prompt_ids, self.slots)
+        bias, cache_positions = attention_bias(
+            DecoderState([], [], real, 0, np.zeros(rows, np.int64)), len(input_ids[0])
+        )
+        prompt = {
+            "input_ids": input_ids,
+            "position_ids": positions,
+            "attention_bias": bias,
+            "cache_positions": cache_positions,
+            "seen": self.seen_mask(prompt_ids),
+        }
+        # Written into the set the next step reads; the caches it "reads" are the other set's, whatever they hold:
+        # the bias hides every slot the prompt has not written.
+        read, written = buffers.sets[1 - self.parity], buffers.sets[self.parity]
+        binding = self._binding(rows, read, written, prompt, first)
+        self.step_session.run_with_iobinding(binding, self.unrecorded)
+        self.last_binding = binding
+        return binding.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+
+    def step_rows(self, size: int) -> np.ndarray:
+        """One step of rows ``[0, size)`` (``size`` one of ``batch_sizes``): each row's next token."""
+        key = (size, self.parity)
+        if key not in self.bindings:
+            sets = self.buffers.sets
+            self.bindings[key] = self._binding(size, sets[self.parity], sets[1 - self.parity])
+        binding = self.bindings[key]
+        self.step_session.run_with_iobinding(binding, self.recorded(2 * self.batch_sizes.index(size) + self.parity))
+        self.parity = 1 - self.parity
+        self.last_binding = binding
+        return binding.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+
+    # --- a whole batch at once, as TextDecoder --------------------------------------------------------------------
 
     def start(
         self,
@@ -160,66 +237,35 @@ class FixedBufferDecoder(TextDecoder):
         max_new_tokens: int,
         repetition_penalty: float = 1.0,
     ) -> tuple[np.ndarray, DecoderState]:
+        """The batch as rows 0 to n-1 of the table (whatever rows were in use are taken over)."""
         if not self.fits(prompt_ids, max_new_tokens):
             return super().start(image_embeds, prompt_ids, max_new_tokens, repetition_penalty)  # unrecorded
         rows = len(prompt_ids)
-        size = next(size for size in self.batch_sizes if size >= rows)
-        padded_ids = [*prompt_ids, *[prompt_ids[0]] * (size - rows)]
-        padded_embeds = np.concatenate([image_embeds, np.repeat(image_embeds[:1], size - rows, axis=0)])
-        buffers = self.buffers
-        binding = self.cross_kv.io_binding()
-        binding.bind_cpu_input(IMAGE_EMBEDS, np.ascontiguousarray(padded_embeds))
-        for name, value in zip(self.cross_names, buffers.cross):
-            self._bind_rows(binding, name, value, size, output=True)
-        self.cross_kv.run_with_iobinding(binding)
-        buffers.repetition_penalty.update_inplace(np.array([repetition_penalty], np.float32))
-
-        input_ids, positions, real = self.left_padded(padded_ids, self.slots)
+        tokens = self.admit(0, image_embeds, prompt_ids, repetition_penalty)
+        real = np.zeros((rows, self.slots), dtype=bool)  # only its shape is read: the slots' count
         state = FixedState(
-            buffers.cross,
-            buffers.sets[1].cache,  # whatever it holds: the bias hides the slots not yet written
+            self.buffers.cross,
+            self.buffers.sets[self.parity].cache,
             real,
-            0,
-            np.array([len(ids) for ids in padded_ids], dtype=np.int64),
+            max(map(len, prompt_ids)),
+            np.zeros(rows, np.int64),
             [list(ids) for ids in prompt_ids],
             repetition_penalty,
             rows=rows,
-            size=size,
+            size=self.size_for(rows),
         )
-        bias, cache_positions = attention_bias(state, input_ids.shape[1])
-        prompt = {
-            "input_ids": input_ids,
-            "position_ids": positions,
-            "attention_bias": bias,
-            "cache_positions": cache_positions,
-            "seen": self.seen_mask(padded_ids),
-        }
-        # The prompt's width differs from batch to batch: bound afresh and not recorded. It writes set 0.
-        binding = self._binding(size, buffers.sets[1], buffers.sets[0], prompt)
-        return self._replay(state, binding, input_ids.shape[1], self.unrecorded, wrote=0), state
+        state.binding = self.last_binding
+        return tokens, state
 
     def step(self, state: DecoderState) -> np.ndarray:
         if not isinstance(state, FixedState):
             return super().step(state)  # a batch that did not fit
         if state.written == state.slots:
             raise ValueError(f"the cache's {state.slots} slots are full: start with a larger max_new_tokens")
-        key = (state.size, state.parity)
-        if key not in self.bindings:
-            sets = self.buffers.sets
-            self.bindings[key] = self._binding(state.size, sets[state.parity], sets[1 - state.parity])
-        graph = 2 * self.batch_sizes.index(state.size) + state.parity
-        return self._replay(state, self.bindings[key], 1, self.recorded(graph), wrote=1 - state.parity)
-
-    def _replay(self, state: FixedState, binding: ort.IOBinding, new_tokens: int, options, wrote: int) -> np.ndarray:
-        """Runs the step, which wrote buffer set ``wrote`` (the next one reads it); the batch's own rows' next
-        tokens (the only bytes that come to the host)."""
-        self.step_session.run_with_iobinding(binding, options)
-        state.binding = binding
-        state.written += new_tokens
-        state.parity = wrote
-        state.cache = self.buffers.sets[wrote].cache
-        next_ids = binding.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]]
-        return next_ids.numpy()[: state.rows, 0]
+        tokens = self.step_rows(state.size)[: state.rows]
+        state.written += 1
+        state.binding = self.last_binding
+        return tokens
 
     @functools.cache  # noqa: B019 (one per graph: a dozen, for the decoder's life)
     def recorded(self, graph_id: int) -> ort.RunOptions:

@@ -31,6 +31,11 @@ class PhaseClock:
             self._seconds[phase] += time.perf_counter() - started
             self._runs[phase] += 1
 
+    def count(self, phase: str, runs: int) -> None:
+        """Runs without a time of their own: the rows a decoder step carried (``row_step``), say."""
+        self._seconds[phase] += 0.0
+        self._runs[phase] += runs
+
     def take(self) -> dict[str, PhaseTotal]:
         """The totals since the last take, then zero."""
         totals = {phase: PhaseTotal(self._seconds[phase], self._runs[phase]) for phase in self._runs}

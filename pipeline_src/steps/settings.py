@@ -221,7 +221,12 @@ class CaptionWithLabelSettings(StepSettings):
             BlsTensor("IMAGE_EMBEDS", "TYPE_FP32", (577, -1), forwarded=True),
             BlsTensor("PROMPT", "TYPE_STRING", (1,)),  # empty: an unconditional caption
         ),
-        outputs=(BlsTensor("CAPTION", "TYPE_STRING", (1,)),),
+        outputs=(
+            BlsTensor("CAPTION", "TYPE_STRING", (1,)),
+            # why there is no caption ("" when there is one): a refusal in band, which python_backend before 25.05
+            # can lose when it comes as an error from a decoupled model (pipeline_src.steps.captioner_bls)
+            BlsTensor("CAPTION_ERROR", "TYPE_STRING", (1,)),
+        ),
     )
     BLS_CALLS = (CAPTIONER_CALL,)
 
@@ -259,10 +264,21 @@ class CaptionerSettings(PrecisionSettings):
     # One caption of zeros at load, so that ready means warm. In the step, not as the config's model_warmup
     # (which the other steps use): this step's input width is the built model's, unknown to its config.
     warm_up: bool = True
-    # On a GPU instance: the decoder step on fixed buffers, recorded and replayed as CUDA graphs (same captions,
-    # measured on an H100); prompts up to gpu_max_prompt_tokens tokens (longer ones run unrecorded).
+    # The rows of the decoder's table (pipeline_src.steps.fixed_buffers): captions in progress at once, which
+    # requests join between steps and leave when they end (at least the config's max_batch_size: a request joins
+    # whole). Prompts up to max_prompt_tokens tokens join it (each row has that many slots plus max_new_tokens - 1);
+    # a longer one is captioned alone, outside it.
+    rows_in_flight: int = 32
+    max_prompt_tokens: int = 32
+    # The requests waiting to join the table (the step is decoupled: Triton's queue in front of it stays empty, so
+    # its loop holds the queue and its policy): past max_waiting_requests a request is refused at once, and one that
+    # waits past waiting_timeout_microseconds, or past its caller's time left when that is shorter, is refused then.
+    # Refusals use Triton's words, which callers read as over capacity (pipeline_src.contract.QUEUE_REFUSALS).
+    max_waiting_requests: int = 128
+    waiting_timeout_microseconds: int = 240_000_000  # Triton's unit, as its default_timeout_microseconds
+    # On a GPU instance: each step size of the table recorded once and replayed as a CUDA graph (same captions,
+    # measured on an H100).
     gpu_cuda_graphs: bool = True
-    gpu_max_prompt_tokens: int = 32
 
     DIRECTORY_FIELDS: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "model_dir": ("config.json",),
@@ -273,5 +289,8 @@ class CaptionerSettings(PrecisionSettings):
         super().validate()
         _require(self.max_new_tokens > 0, "max_new_tokens must be positive")
         _require(self.repetition_penalty > 0, "repetition_penalty must be positive")
-        _require(self.gpu_max_prompt_tokens > 0, "gpu_max_prompt_tokens must be positive")
+        _require(self.max_prompt_tokens > 0, "max_prompt_tokens must be positive")
+        _require(self.rows_in_flight > 0, "rows_in_flight must be positive")
+        _require(self.max_waiting_requests > 0, "max_waiting_requests must be positive")
+        _require(self.waiting_timeout_microseconds > 0, "waiting_timeout_microseconds must be positive")
         _require(self.intra_op_threads >= 0, "intra_op_threads must be >= 0")

@@ -45,3 +45,28 @@ class StepPhaseMetrics:
             seconds, runs = self._counters[phase]
             seconds.increment(total.seconds)
             runs.increment(total.runs)
+
+
+WAITING = "food11_step_waiting_requests"
+IN_FLIGHT = "food11_step_rows_in_flight"
+
+
+class StepLoadGauges:
+    """What a decoupled step holds itself, where Triton's ``nv_inference_pending_request_count`` cannot see it:
+    ``food11_step_waiting_requests`` (requests waiting to start) and ``food11_step_rows_in_flight`` (rows being
+    worked on), labelled by model and version."""
+
+    def __init__(self, model: str, version: str):
+        labels = {"model": model, "version": version}
+        waiting = pb_utils.MetricFamily(
+            name=WAITING, description="Requests waiting inside a food11 step", kind=pb_utils.MetricFamily.GAUGE
+        )
+        in_flight = pb_utils.MetricFamily(
+            name=IN_FLIGHT, description="Rows a food11 step is working on", kind=pb_utils.MetricFamily.GAUGE
+        )
+        self._waiting, self._in_flight = waiting.Metric(labels=labels), in_flight.Metric(labels=labels)
+        self._families = (waiting, in_flight)  # kept after the metrics (see StepPhaseMetrics)
+
+    def set(self, waiting: int, in_flight: int) -> None:
+        self._waiting.set(waiting)
+        self._in_flight.set(in_flight)

@@ -153,21 +153,28 @@ def test_the_markdown_of_a_run_that_stopped_early_says_where_and_that_there_was_
     assert "not measured" in text
 
 
-def test_the_captioners_own_clock_becomes_ms_per_run_and_the_hosts_share():
+def test_the_captioners_own_clock_becomes_ms_per_run_the_hosts_share_and_rows_per_step():
     before = {
-        ("captioner", "execute"): {"seconds": 1.0, "runs": 10},
+        ("captioner", "iteration"): {"seconds": 1.0, "runs": 10},
         ("captioner", "prefill"): {"seconds": 0.2, "runs": 10},
     }
     after = {
-        ("captioner", "execute"): {"seconds": 2.0, "runs": 20},
+        ("captioner", "iteration"): {"seconds": 2.0, "runs": 20},
         ("captioner", "prefill"): {"seconds": 0.4, "runs": 20},
         ("captioner", "decoder_step"): {"seconds": 0.5, "runs": 100},
+        ("captioner", "row_step"): {"seconds": 0.0, "runs": 450},
     }
     figures = phase_figures(before, after)
-    assert figures["captioner_execute_ms"] == pytest.approx(100)
+    assert figures["captioner_iteration_ms"] == pytest.approx(100)
     assert figures["captioner_prefill_ms"] == pytest.approx(20)
     assert figures["captioner_decoder_step_ms"] == pytest.approx(5)
-    assert figures["captioner_host_ms"] == pytest.approx(30)  # (1.0 - 0.2 - 0.5) s over 10 executes
+    assert figures["captioner_host_ms"] == pytest.approx(30)  # (1.0 - 0.2 - 0.5) s over 10 iterations
+    assert figures["captioner_rows_per_step"] == pytest.approx(4.5) and "captioner_row_step_ms" not in figures
+    # a step of one's own that times its executes: the same share
+    mine = phase_figures(
+        {}, {("mine", "execute"): {"seconds": 1.0, "runs": 4}, ("mine", "work"): {"seconds": 0.6, "runs": 4}}
+    )
+    assert mine["mine_host_ms"] == pytest.approx(100)
     text = markdown({"environment": {}, "perf_analyzer": [{"model": "food11_pipeline", "concurrency": 8, **figures}]})
     assert "## Inside the captioner" in text and "| food11_pipeline | 8 |" in text
 

@@ -113,7 +113,7 @@ def test_a_choice_changes_only_the_swept_fields(model_repository):
     apply_config(config, StepConfig(2, "KIND_CPU", 32, 0, "1"))
     assert StepConfig.of(config) == StepConfig(2, "KIND_CPU", 32, 0, "1")
     assert config.dynamic_batching.default_queue_policy == before.dynamic_batching.default_queue_policy
-    # the resource it asks of Triton's rate limiter stays (the configs of the vision encoder and the captioner)
+    # the resource it asks of Triton's rate limiter stays (the vision encoder's config)
     assert config.instance_group[0].rate_limiter == before.instance_group[0].rate_limiter
     assert before.instance_group[0].rate_limiter.resources[0].name == "cpu_cores"
     assert {key: value for key, value in config.parameters.items() if key != "intra_op_threads"} == {

@@ -93,14 +93,19 @@ def test_captioner_stub_killed_keeps_labels_coming_and_a_reload_restores_caption
         assert client.caption([APPLE])[0].caption_status == "ok"
 
 
+QUEUE_GAUGES = ("nv_inference_pending_request_count", "food11_step_waiting_requests", "food11_step_rows_in_flight")
+
+
 def pending_requests(server: TritonServer) -> dict[str, float]:
-    """Triton's pending-request gauge, per model and version."""
+    """Triton's pending-request gauge, and what the captioner holds itself (decoupled: its loop's waiting requests
+    and rows), per model and version."""
     with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10) as response:
         families = text_string_to_metric_families(response.read().decode())
     return {
-        f"{sample.labels['model']}/{sample.labels['version']}": sample.value
+        f"{family.name}:{sample.labels['model']}/{sample.labels['version']}": sample.value
         for family in families
-        if family.name == "nv_inference_pending_request_count"
+        if family.name
+        in ("nv_inference_pending_request_count", "food11_step_waiting_requests", "food11_step_rows_in_flight")
         for sample in family.samples
     }
 

@@ -120,12 +120,13 @@ def test_the_callers_time_left_reaches_every_queue_of_the_pipeline(triton_grpc, 
 
 @pytest.fixture
 def reloaded_captioner(triton_grpc):
-    """Reload the captioner with another queue policy; restore the original config afterwards."""
+    """Reload the captioner with another policy for the requests waiting to join its table (its parameters
+    max_waiting_requests, waiting_timeout_microseconds); restore the original config afterwards."""
     original = triton_grpc.get_model_config("captioner", as_json=True)["config"]
 
     def reload(**policy):
         config = json.loads(json.dumps(original))
-        config["dynamic_batching"]["default_queue_policy"].update({key: str(value) for key, value in policy.items()})
+        config["parameters"].update({key: {"string_value": str(value)} for key, value in policy.items()})
         triton_grpc.load_model("captioner", config=json.dumps(config))
 
     yield reload
@@ -135,9 +136,10 @@ def reloaded_captioner(triton_grpc):
 def test_a_step_that_refuses_under_load_makes_the_whole_request_refused(
     client, api, photos, reloaded_captioner, triton, tmp_path, capsys
 ):
-    """A queue timeout of 1 µs: the captioner's queue refuses every call (Triton: "Request timeout
-    expired"), as it does under overload. The request is refused, not answered without its caption."""
-    reloaded_captioner(default_timeout_microseconds=1)
+    """A queue timeout of 1 µs: the captioner's loop refuses every call (in Triton's words, "Request timeout
+    expired": it joins its table at the earliest from the loop's thread), as it does under overload. The request is
+    refused, not answered without its caption."""
+    reloaded_captioner(waiting_timeout_microseconds=1)
     with pytest.raises(OverloadedError, match=r"the captioner is over capacity.*Request timeout expired"):
         client.caption([photos["apple.jpg"]])
 
@@ -161,7 +163,7 @@ def test_a_storm_over_a_short_queue_ends_every_request_right_or_refused(triton, 
     names = ["apple.jpg", "orange.jpg", "coffee.png", "chelsea.jpg"]
     with Food11Client(triton.grpc_url, timeout_s=120) as client:
         alone = {name: client.caption([photos[name]])[0] for name in names}
-        reloaded_captioner(max_queue_size=1)
+        reloaded_captioner(max_waiting_requests=1)
 
         def call(index):
             name = names[index % len(names)]

@@ -378,5 +378,7 @@ def test_the_warm_up_makes_every_sizes_bindings_before_serving(graphs_dir, capti
     """On a GPU each (size, parity) binding's first run is recorded as a CUDA graph: the warm-up runs them all,
     so no request pays for a recording."""
     decoder = FixedBufferDecoder(graphs_dir, max_prompt_tokens=16, max_new_tokens=4, batch_sizes=(1, 2, 4))
+    assert decoder.warm_sizes == (1,)  # nothing is recorded on the CPU: one size warms its kernels and arena
+    decoder.records = True  # as on a GPU with gpu_cuda_graphs (the CPU ignores the run's graph id)
     GreedyCaptioner(decoder, captioner.tokenizer, max_new_tokens=4).warm_up()
     assert sorted(decoder.bindings) == [(size, parity) for size in (1, 2, 4) for parity in (0, 1)]

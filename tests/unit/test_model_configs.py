@@ -143,13 +143,13 @@ def test_the_pipelines_ensembles_declare_the_wire_contracts_outputs(ensemble):
 
 
 def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
-    """The vision encoder and the captioner (every config variant of them) refuse at once past a bounded
-    queue, and refuse a request that waited past its timeout: its caller's time left (the override), or
-    the default guard rail, which comes before caption_with_label stops waiting for a caption: no step works
-    for a caller that has gone."""
+    """The vision encoder (every config variant) and the captioner refuse at once past a bounded queue, and
+    refuse a request that waited past its timeout: its caller's time left (the override), or the default guard
+    rail, which comes before caption_with_label stops waiting for a caption: no step works for a caller that has
+    gone. The captioner is decoupled, so its loop holds the queue (its parameters) and Triton's queue in front of
+    it has no policy, but the same figures."""
     caption_timeout_us = 1000 * int(CONFIGS["caption_with_label"].parameters["caption_timeout_ms"].string_value)
     variants = [
-        CONFIGS["captioner"],
         CONFIGS["vision_encoder"],
         *(load(path) for path in sorted((REPOSITORY / "vision_encoder" / "configs").glob("*.pbtxt"))),
     ]
@@ -160,6 +160,12 @@ def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
     assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
     assert policy.allow_timeout_override  # the caller's time left, which the clients always send
     assert 0 < policy.default_timeout_microseconds < caption_timeout_us
+    captioner = CONFIGS["captioner"]
+    assert captioner.model_transaction_policy.decoupled
+    assert not captioner.dynamic_batching.HasField("default_queue_policy")
+    parameters = {key: value.string_value for key, value in captioner.parameters.items()}
+    assert int(parameters["max_waiting_requests"]) == policy.max_queue_size
+    assert int(parameters["waiting_timeout_microseconds"]) == policy.default_timeout_microseconds
 
 
 @pytest.mark.parametrize("name", ["preprocess", "classifier", "vision_encoder"])

@@ -1,17 +1,33 @@
-"""Step 4, BLIP captioning: the image embeddings of all requests of an execute decoded together, greedy,
-on ONNX Runtime with a KV cache; each request's caption as it would be alone."""
+"""Step 4, BLIP captioning: in-flight batching over a table of rows (pipeline_src.steps.caption_engine). Decoupled:
+execute hands each request to the loop and returns, so the next requests join the captions in progress at the
+next decoder step; the loop answers each request when its last caption ends. Greedy, on ONNX Runtime with a KV
+cache; each request's caption is the one it gets alone."""
+
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
 
 from pipeline_src.steps.batching import bytes_rows
+from pipeline_src.steps.caption_engine import CaptionEngine, Job, QueuePolicy, Refused
 from pipeline_src.steps.captioning import CAPTIONER_PHASES, GreedyCaptioner, standin_info
 from pipeline_src.steps.settings import CaptionerSettings
-from pipeline_src.steps.step_metrics import StepPhaseMetrics
-from pipeline_src.steps.triton_step import StepContext, answer_stacked
+from pipeline_src.steps.step_metrics import StepLoadGauges, StepPhaseMetrics
+from pipeline_src.steps.triton_step import StepContext, input_array
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+CAPTION, ERROR = "CAPTION", "CAPTION_ERROR"
 
 
 class TritonPythonModel:
     def initialize(self, args):
         self.step = StepContext(args)
         settings = CaptionerSettings.from_model_config(self.step.config)
+        largest = self.step.config.get("max_batch_size", 0)
+        if settings.rows_in_flight < largest:
+            raise ValueError(
+                f"rows_in_flight {settings.rows_in_flight} < max_batch_size {largest}: a request joins whole"
+            )
         model_dir = self.step.version_dir / settings.model_dir
         standin = standin_info(model_dir)
         if standin:
@@ -24,20 +40,74 @@ class TritonPythonModel:
         )
         choice = self.captioner.choice
         self.step.logger.log_info(
-            f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), "
-            f"providers {self.captioner.decoder.providers}"
+            f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), providers "
+            f"{self.captioner.decoder.providers}, {settings.rows_in_flight} rows in flight"
         )
         if settings.warm_up:
             self.step.logger.log_info(f"{self.step.name}: warmed up in {self.captioner.warm_up():.2f} s")
+        self.width = self.captioner.decoder.shape["vision_hidden_size"]
         self.metrics = StepPhaseMetrics(self.step.name, self.step.version, CAPTIONER_PHASES)
+        self.load = StepLoadGauges(self.step.name, self.step.version)
+        self.policy = QueuePolicy.from_settings(settings)
+        self.engine = CaptionEngine(
+            self.captioner,
+            self.policy,
+            warn=lambda message: self.step.logger.log_error(f"{self.step.name}: {message}"),
+            report=self._report,
+        ).start()
 
     def execute(self, requests):
-        with self.captioner.clock.timing("execute"):
-            responses = answer_stacked(self.step, requests, ["IMAGE_EMBEDS", "PROMPT"], self._caption)
-        self.metrics.add(self.captioner.clock)
-        return responses
+        # Every answer, refusals too, is sent by the loop's thread (pipeline_src.steps.caption_engine.submit says why).
+        arrived = time.monotonic()
+        for request in requests:
+            sender = request.get_response_sender()
+            in_band = ERROR in request.requested_output_names()  # caption_with_label's call: refusals as an output
+            deadline = self.policy.deadline(arrived, request.timeout())
+            try:
+                embeds = input_array(request, "IMAGE_EMBEDS")
+                prompts = input_array(request, "PROMPT").reshape(-1)
+                answer = self._answerer(sender, len(prompts), in_band)
+                if embeds.shape[-1] != self.width:
+                    problem = f"IMAGE_EMBEDS: width {embeds.shape[-1]}, the captioner's is {self.width}"
+                    raise Refused(problem, "INVALID_ARG")
+                prompts = [prompt.decode("utf-8") for prompt in prompts]
+            except (Refused, UnicodeDecodeError) as exc:
+                refusal = exc if isinstance(exc, Refused) else Refused(f"PROMPT: {exc}", "INVALID_ARG")
+                self.engine.refuse(Job(np.empty(0), [], answer), refusal)
+                continue
+            self.engine.submit(Job(embeds, prompts, answer, deadline, is_cancelled=sender.is_cancelled))
+        return None
 
-    def _caption(self, batch):
-        prompts = [prompt.decode("utf-8") for prompt in batch["PROMPT"].reshape(-1)]
-        captions = self.captioner.caption(batch["IMAGE_EMBEDS"], prompts)
-        return {"CAPTION": bytes_rows(captions)}
+    def _answerer(self, sender, rows: int, in_band: bool):
+        """How one request is answered: its captions, or why not (an error response, or for a caller that asks for
+        CAPTION_ERROR, that output beside empty captions)."""
+
+        def answer(captions, error):
+            if error is None:
+                response = self._response(captions, [""] * rows if in_band else None)
+            else:
+                message = str(error) if isinstance(error, Refused) else f"internal error: {error}"
+                if in_band:
+                    response = self._response([""] * rows, [f"{self.step.name}: {message}"] * rows)
+                else:
+                    response = self.step.error(
+                        message, getattr(pb_utils.TritonError, getattr(error, "code", "INTERNAL"))
+                    )
+            sender.send(response, flags=FINAL)
+
+        return answer
+
+    @staticmethod
+    def _response(captions, errors):
+        tensors = [pb_utils.Tensor(CAPTION, bytes_rows(captions))]
+        if errors is not None:
+            tensors.append(pb_utils.Tensor(ERROR, bytes_rows(errors)))
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def _report(self):
+        """In the loop's thread, before it answers and when it goes idle: its clock's totals and its load."""
+        self.metrics.add(self.captioner.clock)
+        self.load.set(len(self.engine.waiting), self.engine.rows_in_use)
+
+    def finalize(self):
+        self.engine.close()

@@ -1,0 +1,315 @@
+"""The captioner step's loop, in-flight batching: a request's rows join the decoder's table at the next step
+boundary and leave when their captions end, so a request never waits for a batch in progress to finish, and
+every step runs every caption in progress (``pipeline_src.steps.fixed_buffers``: the table, its steps).
+
+It runs in a thread of the step's process and knows nothing of Triton: the step's ``model.py`` (decoupled)
+hands it jobs, each with the function that answers its request, and returns at once, so Triton hands over the
+next requests while captions are being written. What Triton's queue did for this step the loop does for the
+requests that wait to join, with the step's settings (``max_waiting_requests``, ``waiting_timeout_microseconds``) and
+Triton's own words: past that many waiting requests a new one is refused ("Exceeds maximum queue size"), and one
+that waits past its timeout (or its caller's time left) is refused ("Request timeout expired"). Not Triton's queue
+policy itself: Triton refusing a call to a decoupled model fails it in the caller's BLS (python_backend 24.10's
+decoupled BLS loses such errors under concurrency), and execute returns at once anyway. Callers read both as
+over capacity
+(``pipeline_src.contract.QUEUE_REFUSALS``). A request whose caller has gone is dropped before it joins. A
+request joins whole (all its rows at once), in arrival order.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline_src.contract import QUEUE_REFUSALS, QUEUE_TIMED_OUT
+from pipeline_src.steps.captioning import GreedyCaptioner, join_caption
+from pipeline_src.steps.fixed_buffers import FixedBufferDecoder
+from pipeline_src.steps.settings import CaptionerSettings
+
+QUEUE_FULL = QUEUE_REFUSALS[0]
+
+
+class Refused(Exception):
+    """The request is not taken, for a reason its caller can act on. ``code``: a TritonError code's name."""
+
+    def __init__(self, message: str, code: str = "UNAVAILABLE"):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """What Triton's ``default_queue_policy`` would do, for the requests waiting to join the table."""
+
+    max_queue_size: int = 0  # 0: no limit (Triton's meaning)
+    default_timeout_us: int = 0  # 0: none
+    allow_timeout_override: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: CaptionerSettings) -> QueuePolicy:
+        """The captioner's ``max_waiting_requests`` and ``waiting_timeout_microseconds``; a caller's time left
+        overrides (as ``allow_timeout_override``)."""
+        return cls(settings.max_waiting_requests, settings.waiting_timeout_microseconds, allow_timeout_override=True)
+
+    def deadline(self, arrived: float, request_timeout_us: int) -> float | None:
+        """When a request that arrived at ``arrived`` (time.monotonic) must have joined, or None. Triton's rule
+        (core's PolicyQueue::Enqueue): the default timeout, or the request's own where the policy allows an
+        override and it is shorter; 0 is none."""
+        timeout_us = self.default_timeout_us
+        if self.allow_timeout_override and 0 < request_timeout_us < timeout_us:
+            timeout_us = request_timeout_us
+        return arrived + timeout_us / 1e6 if timeout_us else None
+
+
+@dataclass
+class Job:
+    """One request: its images' embeddings and prompts, and how to answer it (called once, from the loop's thread,
+    with the captions or the exception that ends it)."""
+
+    image_embeds: np.ndarray  # [n, image tokens, width]
+    prompts: list[str]
+    answer: Callable[[list[str] | None, BaseException | None], None]
+    deadline: float | None = None  # time.monotonic by which it must have joined
+    is_cancelled: Callable[[], bool] = lambda: False
+    rows: list[int] = field(default_factory=list)  # its rows in the table, once joined
+    tokens: list[list[int]] = field(default_factory=list)
+    open_rows: int = 0
+
+
+class CaptionEngine:
+    """The loop over the decoder's table (see the module's docstring). ``close`` stops it; every request still
+    waiting or in progress is then answered with an error, none is dropped silently."""
+
+    def __init__(
+        self,
+        captioner: GreedyCaptioner,
+        policy: QueuePolicy = QueuePolicy(),
+        warn: Callable[[str], None] = print,
+        report: Callable[[], None] = lambda: None,
+        threaded: bool = True,
+    ):
+        """``report``: called in the loop's thread before it answers requests and when it goes idle (the step's
+        metrics: its clock's totals reach Triton before the answers they timed). ``threaded=False``: no thread; the
+        caller runs the loop one iteration at a time (``iterate``), as the tests do to place each join exactly."""
+        if not isinstance(captioner.decoder, FixedBufferDecoder):
+            raise TypeError("the loop needs a FixedBufferDecoder: rows join and leave its table")
+        self.captioner = captioner
+        self.decoder: FixedBufferDecoder = captioner.decoder
+        self.policy = policy
+        self.warn = warn
+        self.report = report
+        self.answers: list[tuple[Job, list[str] | None, BaseException | None]] = []  # this iteration's
+        self.sep = self.decoder.shape["sep_token_id"]
+        self.max_new_tokens = captioner.max_new_tokens
+        self.waiting: deque[Job] = deque()
+        self.refusals: list[tuple[Job, BaseException]] = []  # answered by the loop's next iteration
+        self.rows: list[tuple[Job, int] | None] = [None] * self.decoder.capacity  # each row: (job, its index)
+        self.condition = threading.Condition()
+        self.stopped = False
+        self.thread = threading.Thread(target=self._loop, name="caption-engine", daemon=True) if threaded else None
+
+    def start(self) -> CaptionEngine:
+        """Starts the loop's thread (the owner first finishes setting up what ``report`` reads)."""
+        if self.thread:
+            self.thread.start()
+        return self
+
+    # --- the step's side -------------------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job`` to join at the next step boundary. A full queue refuses it: that answer too is sent from the
+        loop's thread, after ``submit`` returns (python_backend 24.10's decoupled BLS can lose a response sent
+        before the step's execute has returned). Refused (raised) only when the loop has stopped."""
+        with self.condition:
+            if self.stopped:
+                raise Refused("the captioner is stopping")
+            if len(job.prompts) != len(job.image_embeds):
+                error = Refused(f"{len(job.image_embeds)} images but {len(job.prompts)} prompts", "INVALID_ARG")
+                self.refusals.append((job, error))
+            elif self.policy.max_queue_size and len(self.waiting) >= self.policy.max_queue_size:
+                self.refusals.append(
+                    (job, Refused(f"{QUEUE_FULL} ({self.policy.max_queue_size} requests wait to join)"))
+                )
+            else:
+                self.waiting.append(job)
+            self.condition.notify()
+
+    def refuse(self, job: Job, error: Refused) -> None:
+        """Answer ``job`` with ``error`` from the loop's thread (see ``submit``)."""
+        with self.condition:
+            if self.stopped:
+                raise Refused("the captioner is stopping")
+            self.refusals.append((job, error))
+            self.condition.notify()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        with self.condition:
+            self.stopped = True
+            self.condition.notify()
+        if self.thread:
+            self.thread.join(timeout_s)
+        else:
+            self._stop()
+
+    @property
+    def rows_in_use(self) -> int:
+        return sum(row is not None for row in self.rows)
+
+    # --- the loop --------------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self.condition:
+                if not self.stopped and not self.waiting and not self.refusals and not self.rows_in_use:
+                    self._report()
+                while not self.stopped and not self.waiting and not self.refusals and not self.rows_in_use:
+                    self.condition.wait()
+                if self.stopped:
+                    break
+            try:
+                self.iterate()
+            except Exception:  # the loop itself must never die: every request after would hang
+                self.warn(f"caption loop: an iteration failed: {traceback.format_exc()}")
+        self._stop()
+
+    def _report(self) -> None:
+        try:
+            self.report()
+        except Exception:  # the figures are lost, not the answers
+            self.warn(f"caption loop: reporting failed: {traceback.format_exc()}")
+
+    def iterate(self) -> None:
+        """One iteration: refuse what waited too long, let in what fits, one step of every row in use; then the
+        answers of the requests that ended (after ``report``)."""
+        with self.condition:
+            refused, joining = self._take_waiting()
+            refused, self.refusals = self.refusals + refused, []
+        self.answers = [(job, None, error) for job, error in refused]
+        try:
+            with self.captioner.clock.timing("iteration"):
+                self._iterate(joining)
+        except Exception as exc:  # a failed run fails what it held, and the loop serves on
+            self.warn(f"caption loop: a step failed, its requests get the error: {traceback.format_exc()}")
+            self._fail_in_progress(exc)
+        self._send_answers()
+
+    def _send_answers(self) -> None:
+        if self.answers:
+            self._report()
+            answers, self.answers = self.answers, []
+            for job, captions, error in answers:
+                self._answer(job, captions, error)
+
+    def _stop(self) -> None:
+        with self.condition:
+            left = list(self.waiting)
+            self.waiting.clear()
+            refused, self.refusals = self.refusals, []
+        self.answers = [(job, None, error) for job, error in refused]
+        self.answers += [(job, None, Refused("the captioner stopped before this request began")) for job in left]
+        self._fail_in_progress(Refused("the captioner stopped while this request was in progress"))
+        self._send_answers()
+
+    def _take_waiting(self) -> tuple[list[tuple[Job, BaseException]], list[Job]]:
+        """Under the lock: the waiting requests to refuse (timed out, cancelled), and those that join now (in order,
+        while the head fits in the free rows)."""
+        now = time.monotonic()
+        refused: list[tuple[Job, BaseException]] = []
+        joining: list[Job] = []
+        free = [index for index, row in enumerate(self.rows) if row is None]
+        kept: deque[Job] = deque()
+        while self.waiting:
+            job = self.waiting.popleft()
+            if job.deadline is not None and now > job.deadline:
+                refused.append((job, Refused(f"{QUEUE_TIMED_OUT} (waited to join the captioner's rows)")))
+            elif job.is_cancelled():
+                refused.append((job, Refused("the request was cancelled", "CANCELLED")))
+            elif not kept and len(job.prompts) <= len(free):
+                job.rows, free = free[: len(job.prompts)], free[len(job.prompts) :]
+                for index, row in enumerate(job.rows):
+                    self.rows[row] = (job, index)
+                joining.append(job)
+            else:
+                kept.append(job)  # arrival order: nothing overtakes a request that waits for rows
+        self.waiting = kept
+        return refused, joining
+
+    def _iterate(self, joining: Sequence[Job]) -> None:
+        """The joining requests' prompts, then one step of every row in use; answers the requests that ended."""
+        for job in joining:
+            self._join(job)
+        in_use = [index for index, row in enumerate(self.rows) if row is not None]
+        if in_use:
+            clock = self.captioner.clock
+            with clock.timing("decoder_step"):
+                tokens = self.decoder.step_rows(self.decoder.size_for(in_use[-1] + 1))
+            clock.count("row_step", len(in_use))  # captions in progress per step: row_step runs / decoder_step runs
+            for index in in_use:
+                self._record(index, int(tokens[index]))
+
+    def _join(self, job: Job) -> None:
+        job.tokens = [[] for _ in job.prompts]
+        job.open_rows = len(job.prompts)
+        prompt_ids = [self.captioner.prompt_ids(prompt) for prompt in job.prompts]
+        if not self.decoder.fits(prompt_ids, self.max_new_tokens):  # longer prompts than the table's slots
+            self._release(job)
+            self.answers.append((job, self.captioner.caption(job.image_embeds, job.prompts), None))
+            return
+        with self.captioner.clock.timing("prefill"):
+            for first, last in runs(job.rows):  # rows next to each other begin in one run
+                span = slice(job.rows.index(first), job.rows.index(last) + 1)
+                tokens = self.decoder.admit(
+                    first, job.image_embeds[span], prompt_ids[span], self.captioner.repetition_penalty
+                )
+                for row, token in zip(range(first, last + 1), tokens):
+                    self._record(row, int(token))
+
+    def _record(self, row: int, token: int) -> None:
+        """One new token of the caption in ``row``; the row leaves at [SEP] or the last token, the request answered
+        when its last row leaves."""
+        held = self.rows[row]
+        if held is None:
+            return
+        job, index = held
+        job.tokens[index].append(token)
+        if token == self.sep or len(job.tokens[index]) == self.max_new_tokens:
+            self.rows[row] = None
+            job.open_rows -= 1
+            if job.open_rows == 0:
+                texts = self.captioner.text_tokenizer().decode_batch(job.tokens, skip_special_tokens=True)
+                self.answers.append((job, [join_caption(p, text) for p, text in zip(job.prompts, texts)], None))
+
+    def _release(self, job: Job) -> None:
+        for row in job.rows:
+            held = self.rows[row]
+            if held is not None and held[0] is job:
+                self.rows[row] = None
+
+    def _fail_in_progress(self, error: BaseException) -> None:
+        """Every request in the table ends with ``error`` (those answered already in this iteration keep theirs)."""
+        jobs = {id(held[0]): held[0] for held in self.rows if held is not None}
+        for job in jobs.values():
+            self._release(job)
+            self.answers.append((job, None, error))
+
+    def _answer(self, job: Job, captions: list[str] | None, error: BaseException | None) -> None:
+        try:
+            job.answer(captions, error)
+        except Exception:  # one request's answer failing (its caller gone) must not stop the others'
+            self.warn(f"caption loop: answering a request failed: {traceback.format_exc()}")
+
+
+def runs(rows: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted row numbers as (first, last) of each run of consecutive ones: [0, 1, 2, 5, 6] -> [(0, 2), (5, 6)]."""
+    found: list[tuple[int, int]] = []
+    for row in rows:
+        if found and row == found[-1][1] + 1:
+            found[-1] = (found[-1][0], row)
+        else:
+            found.append((row, row))
+    return found
