@@ -146,6 +146,15 @@ class PerfAnalyzerTimedOut(PerfAnalyzerFailed):
     """perf_analyzer gave no result within the caller's time and was killed."""
 
 
+def decoupled(model: str, grpc_url: str) -> bool:
+    """Whether the served ``model`` is decoupled (its config's ``model_transaction_policy``)."""
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(grpc_url) as client:
+        config = client.get_model_config(model, as_json=True)["config"]
+    return bool(config.get("model_transaction_policy", {}).get("decoupled"))
+
+
 def measure(
     model: str,
     grpc_url: str,
@@ -187,6 +196,8 @@ def measure(
     ]
     if bls_composing:
         args.append(f"--bls-composing-models={','.join(bls_composing)}")
+    if decoupled(model, grpc_url):
+        args.append("--streaming")  # a decoupled model answers over gRPC streams only (the captioner)
     csv_path.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
     try:
         done = subprocess.run(command(*args), env=environment(), capture_output=True, text=True, timeout=timeout_s)

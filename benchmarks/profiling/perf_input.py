@@ -47,6 +47,7 @@ from pipeline_src.steps.batching import bytes_rows
 from pipeline_src.steps.bls import BlsCall
 from pipeline_src.steps.caption_with_label import (
     CAPTION_AFTER_PROMPT,
+    CAPTION_ERROR_READ,
     CAPTION_READ,
     EMBEDS_SENT,
     PROBABILITIES,
@@ -200,7 +201,8 @@ def _captioner_runner(model: Model, settings: StepSettings) -> Runner:
 
     def run(inputs: Mapping[str, np.ndarray]) -> Arrays:
         prompts = [prompt.decode("utf-8") for prompt in inputs[PROMPT_SENT.name].reshape(-1)]
-        return {CAPTION_READ.name: bytes_rows(captioner.caption(inputs[EMBEDS_SENT.name], prompts))}
+        captions = captioner.caption(inputs[EMBEDS_SENT.name], prompts)
+        return {CAPTION_READ.name: bytes_rows(captions), CAPTION_ERROR_READ.name: bytes_rows([""] * len(captions))}
 
     return run
 
