@@ -28,6 +28,7 @@ from pipeline_src.model_build import blip_fidelity, blip_onnx
 from pipeline_src.model_build.blip_snapshot import save_standin
 from pipeline_src.steps import onnx_runtime
 from pipeline_src.steps.captioning import GreedyCaptioner
+from pipeline_src.steps.imaging import normalise_captioner
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.text_decoder import CROSS_KV_FILE, DECODER_SHAPE_FILE, DECODER_STEP_FILE, TextDecoder
 
@@ -134,7 +135,7 @@ def main(argv=None):
                 started = time.perf_counter()
                 for row, row_ids in enumerate(ids):
                     gpu.generate(
-                        pixel_values=torch.from_numpy(pixels[row : row + 1]).cuda(),
+                        pixel_values=torch.from_numpy(normalise_captioner(pixels[row : row + 1])).cuda(),
                         input_ids=torch.tensor([[*row_ids, shape.sep_token_id]]).cuda(),
                         max_new_tokens=20,
                         do_sample=False,

@@ -20,7 +20,7 @@ from PIL import Image, ImageOps
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
 from pipeline_src.steps.captioning import TOKENIZER_FILE, GreedyCaptioner
-from pipeline_src.steps.imaging import image_tensors
+from pipeline_src.steps.imaging import image_tensors, normalise_captioner
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.text_decoder import TextDecoder
 
@@ -35,7 +35,7 @@ class FidelityError(RuntimeError):
 
 
 def check_pixels(count: int = 8) -> np.ndarray:
-    """``count`` captioner inputs [count, 3, 384, 384] from the repository's photos, their mirror images and
+    """``count`` captioner inputs [count, 3, 384, 384] (uint8) from the repository's photos, their mirror images and
     centre crops, through the pipeline's own preprocessing."""
     originals = [Image.open(path).convert("RGB") for path in sorted(CHECK_PHOTOS.glob("*.jpg"))]
     images = [
@@ -72,7 +72,7 @@ def hf_reference(blip, prompt_ids: Sequence[Sequence[int]], pixels: np.ndarray, 
     tokens, logits = [], []
     for row, ids in enumerate(prompt_ids):
         new = course.new_tokens(pixels[row], ids)
-        embeds = course.model.vision_model(pixel_values=torch.from_numpy(pixels[row : row + 1]))[0]
+        embeds = course.model.vision_model(pixel_values=torch.from_numpy(normalise_captioner(pixels[row : row + 1])))[0]
         scores = course.model.text_decoder(
             input_ids=torch.tensor([[*ids, *new]]), encoder_hidden_states=embeds, is_decoder=True
         ).logits[0]

@@ -1,7 +1,8 @@
 """BLIP captioning as three ONNX graphs, each computed once per image or per token:
 
-- ``vision_encoder.onnx``: ``pixel_values [b, 3, 384, 384]`` -> ``image_embeds [b, 577, H]`` (a Triton step
-  of its own, batched by the dynamic batcher);
+- ``vision_encoder.onnx``: ``pixel_values [b, 3, 384, 384]`` (uint8, resized, not normalised: the graph
+  rescales and normalises first, as ``pipeline_src.steps.imaging.normalise_captioner`` does) -> ``image_embeds
+  [b, 577, H]`` (a Triton step of its own, batched by the dynamic batcher);
 - ``cross_kv.onnx``: ``image_embeds`` -> ``cross_key.N, cross_value.N [b, heads, 577, d]`` for each layer
   N, the keys and values its cross-attention reads at every token, computed once per image;
 - ``decoder_step.onnx``: one step of greedy decoding over the new tokens, their positions and the KV cache, a
@@ -41,6 +42,8 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import BlipForConditionalGeneration, BlipTextConfig, BlipVisionConfig
+
+from pipeline_src.steps.imaging import CLIP_MEAN, CLIP_STD
 
 # Where and under which names the captioner reads them.
 from pipeline_src.steps.text_decoder import (
@@ -137,12 +140,19 @@ def _attend(query, keys, values, additive_mask, head_size: int) -> torch.Tensor:
 
 
 class VisionEncoder(nn.Module):
+    """BLIP's vision model after its image processor's rescale and CLIP normalisation, in the operations (and so
+    the float32 bits) of ``normalise_captioner``: the preprocess step sends uint8 pixels, a quarter of the bytes."""
+
     def __init__(self, blip: BlipForConditionalGeneration):
         super().__init__()
         self.vision = blip.vision_model
+        self.register_buffer("rescale", torch.tensor(1.0 / 255.0, dtype=torch.float32))
+        self.register_buffer("mean", torch.from_numpy(CLIP_MEAN.copy())[:, None, None])
+        self.register_buffer("std", torch.from_numpy(CLIP_STD.copy())[:, None, None])
 
     def forward(self, pixel_values):
-        return self.vision(pixel_values=pixel_values)[0]
+        normalised = (pixel_values.to(torch.float32) * self.rescale - self.mean) / self.std
+        return self.vision(pixel_values=normalised)[0]
 
 
 class CrossKeysValues(nn.Module):
@@ -237,7 +247,7 @@ BATCH, SLOTS, NEW = 2, 5, 2
 def export_vision_encoder(module: nn.Module, path: Path, device: str = "cpu") -> None:
     _export(
         module,
-        (torch.zeros(BATCH, 3, 384, 384, device=device),),
+        (torch.zeros(BATCH, 3, 384, 384, dtype=torch.uint8, device=device),),
         path,
         [VISION_INPUT],
         [VISION_OUTPUT],

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer, BlipForConditionalGeneration
 
 from pipeline_src.model_build.blip_onnx import DecoderShape
 from pipeline_src.steps.captioning import blip_prompt_ids, join_caption
+from pipeline_src.steps.imaging import normalise_captioner
 
 
 class HuggingFaceCaptioner:
@@ -37,12 +38,13 @@ class HuggingFaceCaptioner:
 
     @torch.inference_mode()
     def new_tokens(self, pixel_values: np.ndarray, prompt_ids: Sequence[int]) -> list[int]:
-        """``generate``'s new tokens for one image ``[3, 384, 384]``, up to and including [SEP]. ``prompt_ids``
-        as the captioner feeds them ([DEC] first, no [SEP])."""
+        """``generate``'s new tokens for one image ``[3, 384, 384]`` (uint8, as the preprocess step makes it; BLIP's
+        normalisation applied here), up to and including [SEP]. ``prompt_ids`` as the captioner feeds them ([DEC]
+        first, no [SEP])."""
         # generate() takes the tokenizer's layout, [CLS] ... [SEP]: it puts [DEC] first and drops [SEP] itself.
         given = torch.tensor([[*prompt_ids, self.shape.sep_token_id]])
         output = self.model.generate(
-            pixel_values=torch.from_numpy(np.ascontiguousarray(pixel_values[None])),
+            pixel_values=torch.from_numpy(np.ascontiguousarray(normalise_captioner(pixel_values[None]))),
             input_ids=given,
             max_new_tokens=self.max_new_tokens,
             # passed, not set on the model's generation config: BLIP's generate hands its kwargs to the text
@@ -54,7 +56,8 @@ class HuggingFaceCaptioner:
         return output[0, len(prompt_ids) :].tolist()
 
     def caption(self, pixel_values: np.ndarray, prompts: Sequence[str]) -> list[str]:
-        """Captions for ``pixel_values [n, 3, 384, 384]``, one ``generate`` per photo."""
+        """Captions for ``pixel_values [n, 3, 384, 384]`` (uint8, as the preprocess step makes them), one
+        ``generate`` per photo."""
         captions = []
         for pixels, prompt in zip(pixel_values, prompts):
             ids = blip_prompt_ids(self.tokenizer(prompt).input_ids, self.shape.bos_token_id)

@@ -72,7 +72,7 @@ def _assemble(outcomes: Sequence[ImageTensors | ImageRejected]) -> RequestPixels
             return RequestPixels(None, None, f"image {index + 1} of {count}: {outcome}")
         decoded.append(outcome)
     classifier = np.empty((count, 3, CLASSIFIER_SIZE, CLASSIFIER_SIZE), dtype=np.float32)
-    captioner = np.empty((count, 3, CAPTIONER_SIZE, CAPTIONER_SIZE), dtype=np.float32)
+    captioner = np.empty((count, 3, CAPTIONER_SIZE, CAPTIONER_SIZE), dtype=np.uint8)
     for index, tensors in enumerate(decoded):
         classifier[index] = tensors.classifier
         captioner[index] = tensors.captioner

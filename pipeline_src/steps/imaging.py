@@ -31,7 +31,9 @@ class ImageRejected(ValueError):
 @dataclass(frozen=True)
 class ImageTensors:
     classifier: np.ndarray  # float32 [3, 224, 224], ImageNet-normalised
-    captioner: np.ndarray  # float32 [3, 384, 384], CLIP-normalised
+    # uint8 [3, 384, 384]: resized, not normalised. The vision encoder's graph normalises it (CLIP mean/std), bit
+    # for bit as normalise_captioner does: a quarter of the bytes through the steps' shared memory.
+    captioner: np.ndarray
 
 
 def decode_rgb(data: bytes, max_pixels: int) -> Image.Image:
@@ -93,14 +95,26 @@ def classifier_tensor(image: Image.Image, size: int = CLASSIFIER_SIZE) -> np.nda
 
 
 def captioner_tensor(image: Image.Image, size: int = CAPTIONER_SIZE) -> np.ndarray:
-    """BLIP's preprocessing: bicubic resize to size x size, rescale, CLIP Normalize, float32 CHW."""
+    """BLIP's preprocessing up to its normalisation: bicubic resize to size x size, uint8 CHW (the vision encoder
+    rescales and normalises: ``normalise_captioner``)."""
     resized = image.resize((size, size), Image.Resampling.BICUBIC)
-    return _normalise_chw(resized, CLIP_MEAN, CLIP_STD)
+    return np.ascontiguousarray(np.asarray(resized, dtype=np.uint8).transpose(2, 0, 1))
+
+
+def normalise_captioner(pixels: np.ndarray) -> np.ndarray:
+    """uint8 ``[..., 3, H, W]`` -> BLIP's float32 input: rescale, CLIP Normalize. What the vision encoder's graph
+    computes first, operation for operation (its bits: tests/unit/test_captioning.py); for Hugging Face's BLIP,
+    which takes normalised pixels."""
+    return _normalise(pixels.astype(np.float32), CLIP_MEAN[:, None, None], CLIP_STD[:, None, None])
+
+
+def _normalise(pixels: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """The one formula, in float32: rescale to [0, 1], subtract the mean, divide by the std."""
+    return (pixels * np.float32(1.0 / 255.0) - mean) / std
 
 
 def _normalise_chw(image: Image.Image, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    pixels = np.asarray(image, dtype=np.float32)  # HWC
-    pixels = (pixels * (1.0 / 255.0) - mean) / std
+    pixels = _normalise(np.asarray(image, dtype=np.float32), mean, std)  # HWC
     return np.ascontiguousarray(pixels.transpose(2, 0, 1))
 
 

@@ -120,7 +120,7 @@ def extended(model_repository, tmp_path_factory):
     steps = [
         StepSpec(
             IMAGE_QUALITY,
-            (Tensor("PIXELS", "FP32", (3, 384, 384)),),
+            (Tensor("PIXELS", "UINT8", (3, 384, 384)),),
             (Tensor("BRIGHTNESS", dims=one), Tensor("SHARPNESS", dims=one)),
         ),
         StepSpec(QUALITY_SCORE, (Tensor("BRIGHTNESS", dims=one),), (Tensor("SCORE", "FP64", (2,)),)),
@@ -172,7 +172,7 @@ def test_a_new_step_gets_what_its_ensemble_would_hand_it_and_the_rest_is_named(e
     entries = json.loads(result.written[IMAGE_QUALITY].read_text())["data"]
     assert len(entries) == 3 and set(entries[0]) == {"PIXELS"}
     for entry, photo in zip(entries, fruit):
-        np.testing.assert_array_equal(floats(entry["PIXELS"]), image_tensors(photo, 40_000_000).captioner)
+        np.testing.assert_array_equal(floats(entry["PIXELS"], "u1"), image_tensors(photo, 40_000_000).captioner)
     # quality_score: image_quality's BRIGHTNESS, computed here by its own compute (the row's mean times 2)
     entries = json.loads(result.written[QUALITY_SCORE].read_text())["data"]
     for entry, photo in zip(entries, fruit):

@@ -25,13 +25,13 @@ pytestmark = pytest.mark.integration
 STEP = "walkthrough_quality"
 BRIGHTNESS, SHARPNESS = NEW_OUTPUTS = ("WALKTHROUGH_BRIGHTNESS", "WALKTHROUGH_SHARPNESS")
 LOGIC = f"{STEP}_step.py"
-# The newcomer's logic, in place of the scaffold's example computation. The pixels are normalised
+# The newcomer's logic, in place of the scaffold's example computation. The pixels are uint8, 0 to 255
 # (docs/EXTENDING.md, "Which tensor to read"): brightness is their mean, sharpness the mean absolute
 # difference between horizontal neighbours.
 COMPUTE = (
     '''def compute(batch: Arrays, settings: ImageQualitySettings) -> dict[str, np.ndarray]:
     """Each photo's brightness and sharpness, one row per input row."""
-    pixels = batch["PIXELS"]
+    pixels = batch["PIXELS"].astype(np.float32)
     brightness = pixels.mean(axis=(1, 2, 3)) * settings.scale
     sharpness = np.abs(np.diff(pixels, axis=3)).mean(axis=(1, 2, 3))
     return {
@@ -68,7 +68,7 @@ def extended(model_repository, tmp_path_factory):
             *(sys.executable, "-m", "pipeline_src.repository.scaffold", STEP),
             *(
                 "--input",
-                "PIXELS:FP32:3,384,384",
+                "PIXELS:UINT8:3,384,384",
                 "--output",
                 f"{BRIGHTNESS}:FP32:1",
                 "--output",

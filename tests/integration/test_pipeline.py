@@ -74,7 +74,7 @@ def test_ensemble_equals_the_steps_run_one_by_one(client, triton_grpc, model_rep
     onnx = ort.InferenceSession(str(model_repository / "classifier/1/model.onnx"), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(logits, onnx.run(["output"], {"input": pre["CLASSIFIER_PIXELS"]})[0], atol=1e-5)
     embeds = run_step(
-        triton_grpc, "vision_encoder", {"pixel_values": (pre["CAPTIONER_PIXELS"], "FP32")}, ["image_embeds"]
+        triton_grpc, "vision_encoder", {"pixel_values": (pre["CAPTIONER_PIXELS"], "UINT8")}, ["image_embeds"]
     )["image_embeds"]
     label = run_step(
         triton_grpc, "label", {"LOGITS": (logits, "FP32")}, ["LABEL", "PROBABILITY", "PROBABILITIES", "MODELS"]

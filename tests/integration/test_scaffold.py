@@ -265,7 +265,7 @@ def test_the_command_takes_several_tensors_of_any_shapes(package_layout, capsys)
 
 
 def test_the_next_steps_name_the_ensemble_tensors_an_input_can_be_wired_to(tmp_path):
-    spec = StepSpec("image_quality", (Tensor("PIXELS", "FP32", (3, 384, 384)),), (Tensor("BRIGHTNESS", dims=(1,)),))
+    spec = StepSpec("image_quality", (Tensor("PIXELS", "UINT8", (3, 384, 384)),), (Tensor("BRIGHTNESS", dims=(1,)),))
     text = next_steps(spec, Layout(PROJECT_ROOT / "model_repository", tmp_path), [])
     assert "captioner_pixels (food11_pipeline: preprocess's CAPTIONER_PIXELS)" in text
     assert "captioner_pixels (food11_pipeline_topk: preprocess's CAPTIONER_PIXELS)" in text

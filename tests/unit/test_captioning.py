@@ -20,6 +20,7 @@ from pipeline_src.model_build.blip_snapshot import STANDIN_SIZES, standin_config
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
 from pipeline_src.steps.captioning import GreedyCaptioner, standin_info
 from pipeline_src.steps.fixed_buffers import FixedBufferDecoder, FixedState
+from pipeline_src.steps.imaging import normalise_captioner
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.precision import choose_precision
 from pipeline_src.steps.text_decoder import TextDecoder
@@ -116,8 +117,33 @@ def test_standin_vision_weights_have_a_real_scale(blip_dir):
 def test_vision_encoder_graph_matches_pytorch(blip_dir, vision, pixels):
     model = BlipForConditionalGeneration.from_pretrained(str(blip_dir)).eval()
     with torch.inference_mode():
-        expected = model.vision_model(pixel_values=torch.from_numpy(pixels))[0].numpy()
+        expected = model.vision_model(pixel_values=torch.from_numpy(normalise_captioner(pixels)))[0].numpy()
     assert np.abs(vision(pixels) - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_uint8_pixels_normalised_in_the_graph_are_the_float_pixels_bit_for_bit(blip_dir, pixels, tmp_path):
+    """The preprocess step sends uint8 pixels and the vision graph normalises them: its embeddings are, bit for
+    bit, those of the same graph without the normalisation fed the float pixels the preprocess step sent before."""
+    from pipeline_src.model_build.blip_onnx import VisionEncoder, export_vision_encoder
+
+    blip = BlipForConditionalGeneration.from_pretrained(str(blip_dir)).eval()
+    with torch.inference_mode():
+        export_vision_encoder(VisionEncoder(blip), tmp_path / "uint8.onnx")
+        floats = tmp_path / "float.onnx"
+        torch.onnx.export(
+            VisionEncoder(blip).vision,
+            (torch.zeros(2, 3, 384, 384),),
+            str(floats),
+            input_names=["pixel_values"],
+            output_names=["image_embeds"],
+            dynamic_axes={"pixel_values": {0: "b"}, "image_embeds": {0: "b"}},
+            opset_version=17,
+            dynamo=False,
+        )
+    assert pixels.dtype == np.uint8
+    ours = OnnxModel(tmp_path / "uint8.onnx")(pixels)
+    before = ort.InferenceSession(str(floats)).run(None, {"pixel_values": normalise_captioner(pixels)})[0]
+    assert np.array_equal(ours, before)
 
 
 def test_captions_equal_hugging_face_fp32_generate(captioner, hugging_face, vision, pixels):

@@ -7,7 +7,14 @@ import pytest
 from helpers import APPLE, encode, gradient, png_header_only
 from PIL import Image
 
-from pipeline_src.steps.imaging import ImageRejected, captioner_tensor, classifier_tensor, decode_rgb, image_tensors
+from pipeline_src.steps.imaging import (
+    ImageRejected,
+    captioner_tensor,
+    classifier_tensor,
+    decode_rgb,
+    image_tensors,
+    normalise_captioner,
+)
 
 CAP = 40_000_000
 
@@ -114,7 +121,7 @@ def test_captioner_tensor_matches_blips_image_processor(photos):
 
     image = decode_rgb(photos["astronaut.webp"], CAP)
     reference = BlipImageProcessor()(image, return_tensors="np")["pixel_values"][0]
-    ours = captioner_tensor(image)
+    ours = normalise_captioner(captioner_tensor(image))  # uint8 from the step; the vision graph normalises
     assert ours.shape == reference.shape == (3, 384, 384)
     # Both resize bicubically; they differ by rounding to 8 bits (one level is ~0.015 here).
     assert np.abs(ours - reference).max() < 0.035
@@ -127,4 +134,4 @@ def test_large_jpeg_is_decoded_at_reduced_scale_but_still_covers_both_sizes():
     assert image.size[1] >= 384 and image.size[0] < 4000  # libjpeg's DCT scaling did the downsizing
     tensors = image_tensors(data, CAP)
     assert tensors.classifier.shape == (3, 224, 224) and tensors.classifier.dtype == np.float32
-    assert tensors.captioner.shape == (3, 384, 384) and tensors.captioner.dtype == np.float32
+    assert tensors.captioner.shape == (3, 384, 384) and tensors.captioner.dtype == np.uint8

@@ -32,7 +32,7 @@ Creates a step that loads and answers as created: its ``config.pbtxt`` (tensors,
 ``settings`` parameter naming its settings class), a thin ``1/model.py`` on the shared step helpers, its
 logic module with the ``StepSettings`` subclass, its ``INPUTS`` and ``OUTPUTS`` and ``compute`` (which
 returns a dict, one array per output), a unit test, and a row per setting in docs/configuration.md. It
-takes any number of inputs and outputs, each ``NAME:TYPE:DIMS`` (e.g. ``--input PIXELS:FP32:3,384,384
+takes any number of inputs and outputs, each ``NAME:TYPE:DIMS`` (e.g. ``--input PIXELS:UINT8:3,384,384
 --output BRIGHTNESS:FP32:1 --output SHARPNESS:FP32:1``); TYPE is a numeric type or BYTES, text (the config's
 TYPE_STRING: object arrays of UTF-8 bytes in the step), e.g. ``--input TEXT:BYTES:1 --output SUMMARY:BYTES:1``.
 The example computation (each output row is the mean of the row's inputs times ``scale``, a text counting as
@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         dest="inputs",
         action="append",
         metavar="NAME[:TYPE[:DIMS]]",
-        help="an input tensor, e.g. PIXELS:FP32:3,384,384; repeat it for several (default: INPUT); "
+        help="an input tensor, e.g. PIXELS:UINT8:3,384,384; repeat it for several (default: INPUT); "
         "TYPE and DIMS left out are --data-type and --dims",
     )
     parser.add_argument(

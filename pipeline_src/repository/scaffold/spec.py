@@ -63,7 +63,7 @@ class Tensor:
 
     @classmethod
     def parse(cls, text: str, data_type: str = "FP32", dims: tuple[int, ...] = (4,)) -> Tensor:
-        """``NAME``, ``NAME:TYPE`` or ``NAME:TYPE:DIMS`` (e.g. ``PIXELS:FP32:3,384,384``); what it leaves out
+        """``NAME``, ``NAME:TYPE`` or ``NAME:TYPE:DIMS`` (e.g. ``PIXELS:UINT8:3,384,384``); what it leaves out
         is ``data_type`` and ``dims``."""
         name, _, rest = text.partition(":")
         type_text, _, dims_part = rest.partition(":")
