@@ -119,6 +119,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--build", action="store_true", help="build its model files first (scripts/build_models.py)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32], help="the ensemble's levels")
+    parser.add_argument(
+        "--ensembles",
+        nargs="+",
+        default=[ENSEMBLE],
+        help="the ensembles measured, in turn, on the one server (food11_pipeline_merged: the vision encoder inside "
+        "the captioner); each one's captions checked. Default: %(default)s",
+    )
     parser.add_argument("--classifier-concurrency", type=int, default=16)
     parser.add_argument("--photos", type=int, default=12, help=f"distinct photos, at most {MAX_ROWS}")
     parser.add_argument(
@@ -243,9 +250,9 @@ def server_facts(grpc_url: str) -> tuple[str, dict[str, list]]:
     return version, groups
 
 
-def served_answers(grpc_url: str, photos: list[bytes]) -> dict[str, list[CaptionResult]]:
+def served_answers(grpc_url: str, photos: list[bytes], ensemble: str = ENSEMBLE) -> dict[str, list[CaptionResult]]:
     """The photos through the ensemble in one request (the steps batch them), then each in a request alone."""
-    with Food11Client(grpc_url, timeout_s=CLIENT_TIMEOUT_S) as client:
+    with Food11Client(grpc_url, model=ensemble, timeout_s=CLIENT_TIMEOUT_S) as client:
         return {
             "in one request": client.caption(photos),
             "each alone": [client.caption([photo])[0] for photo in photos],
@@ -314,7 +321,7 @@ def _answer(answer: CaptionResult) -> dict:
 
 def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: dict[str, Path], args) -> None:
     """perf_analyzer on the ensemble at each level and on the classifier alone; each row saved as it comes."""
-    plan = [(ENSEMBLE, level, max(args.window, 2 * level)) for level in args.concurrency]
+    plan = [(ensemble, level, max(args.window, 2 * level)) for ensemble in args.ensembles for level in args.concurrency]
     level = args.classifier_concurrency
     plan.append(("classifier", level, max(args.classifier_window, 2 * level)))
     rows = run.result.setdefault("perf_analyzer", [])
@@ -328,7 +335,7 @@ def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: di
                 concurrency,
                 SCRATCH / f"{model}_{concurrency}.csv",
                 window,
-                bls_composing=bls_callees(repository, model) if model == ENSEMBLE else (),
+                bls_composing=bls_callees(repository, model) if model in args.ensembles else (),
                 timeout_s=args.perf_timeout_s,
             )
         except perf_analyzer.PerfAnalyzerFailed as exc:
@@ -371,7 +378,10 @@ def serve_and_measure(run: Run, repository: Path, photos: list[bytes], args) -> 
         run.save()
         served: dict[str, list[CaptionResult]] = {}
         with run.stage("served captions"):
-            served = served_answers(triton.grpc_url, photos)
+            for ensemble in args.ensembles:  # each way of sending, per ensemble (named but for the first)
+                named = "" if ensemble == args.ensembles[0] else f"{ensemble}, "
+                for how, answers in served_answers(triton.grpc_url, photos, ensemble).items():
+                    served[f"{named}{how}"] = answers
             run.result["served"] = {how: [_answer(a) for a in answers] for how, answers in served.items()}
         if served:
             with run.stage("Hugging Face fp32 reference"):

@@ -50,6 +50,7 @@ from pipeline_src.steps.caption_with_label import (
     CAPTION_ERROR_READ,
     CAPTION_READ,
     EMBEDS_SENT,
+    PIXELS_SENT,
     PROBABILITIES,
     PROMPT,
     PROMPT_SENT,
@@ -195,13 +196,19 @@ COMPLETIONS: dict[type[StepSettings], tuple[tuple[str, ...], Callable[[Arrays], 
 def _captioner_runner(model: Model, settings: StepSettings) -> Runner:
     """The captioner step's captioning on the CPU, as the in-process pipeline runs it (benchmarks.lib.in_process)."""
     from pipeline_src.steps.captioning import GreedyCaptioner
+    from pipeline_src.steps.onnx_runtime import OnnxModel
 
     assert isinstance(settings, CaptionerSettings)
     captioner = GreedyCaptioner.from_settings(settings, model.directory / "1")
 
     def run(inputs: Mapping[str, np.ndarray]) -> Arrays:
         prompts = [prompt.decode("utf-8") for prompt in inputs[PROMPT_SENT.name].reshape(-1)]
-        captions = captioner.caption(inputs[EMBEDS_SENT.name], prompts)
+        embeds = inputs.get(EMBEDS_SENT.name)
+        if embeds is None:  # the pixels, which it encodes itself (food11_pipeline_merged)
+            embeds = OnnxModel((model.directory / "1" / settings.vision_encoder_graph).resolve())(
+                inputs[PIXELS_SENT.name]
+            )
+        captions = captioner.caption(embeds, prompts)
         return {CAPTION_READ.name: bytes_rows(captions), CAPTION_ERROR_READ.name: bytes_rows([""] * len(captions))}
 
     return run
@@ -243,7 +250,8 @@ def sent_by_call(call: BlsCall, caller_inputs: Mapping[str, np.ndarray], compute
     missing = [t.name for t in call.inputs if not t.forwarded and t.name not in computed]
     if missing:
         raise Unfed(f"its code for {missing} is not run here")
-    return {t.name: caller_inputs[t.name] if t.forwarded else computed[t.name] for t in call.inputs}
+    sent = [t for t in call.inputs if not (t.optional and t.name not in caller_inputs)]  # optional: when it has it
+    return {t.name: caller_inputs[t.name] if t.forwarded else computed[t.name] for t in sent}
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,9 @@ def _check_call(
         if sent.forwarded:
             _check_forwarded(caller, sent, error)
         _check_callee_end(callee, sent, error, sending=True)
+        theirs = next((tensor for tensor in callee.config.input if tensor.name == sent.name), None)
+        if sent.optional and theirs is not None and not theirs.optional:
+            error(f"sends '{sent.name}' only when it has it, but model '{callee.name}' needs it (not optional)")
     sent_names = {tensor.name for tensor in call.inputs}
     for tensor in callee.config.input:
         if tensor.name not in sent_names and not tensor.optional:

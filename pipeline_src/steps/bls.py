@@ -21,6 +21,8 @@ class BlsTensor:
     dims: tuple[int, ...]  # one row's shape, without the batch dimension; -1: any size
     # True: the caller forwards its own input of this name as is (same name, type and dims, no copy).
     forwarded: bool = False
+    # True: sent only when the caller has it (a forwarded optional input); the callee's input must be optional too.
+    optional: bool = False
 
 
 @dataclass(frozen=True)

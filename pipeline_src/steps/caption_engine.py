@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnxruntime as ort
 
 from pipeline_src.contract import QUEUE_REFUSALS, QUEUE_TIMED_OUT
 from pipeline_src.steps.captioning import GreedyCaptioner, join_caption
@@ -71,11 +72,12 @@ class Job:
     """One request: its images' embeddings and prompts, and how to answer it (called once, from the loop's thread,
     with the captions or the exception that ends it)."""
 
-    image_embeds: np.ndarray  # [n, image tokens, width]
+    image_embeds: np.ndarray | None  # [n, image tokens, width], or None with pixels
     prompts: list[str]
     answer: Callable[[list[str] | None, BaseException | None], None]
     deadline: float | None = None  # time.monotonic by which it must have joined
     is_cancelled: Callable[[], bool] = lambda: False
+    pixels: np.ndarray | None = None  # uint8 [n, 3, 384, 384], in place of image_embeds: the loop encodes them
     rows: list[int] = field(default_factory=list)  # its rows in the table, once joined
     tokens: list[list[int]] = field(default_factory=list)
     open_rows: int = 0
@@ -92,10 +94,13 @@ class CaptionEngine:
         warn: Callable[[str], None] = print,
         report: Callable[[], None] = lambda: None,
         threaded: bool = True,
+        vision: Callable[[np.ndarray], np.ndarray | ort.OrtValue] | None = None,
     ):
         """``report``: called in the loop's thread before it answers requests and when it goes idle (the step's
         metrics: its clock's totals reach Triton before the answers they timed). ``threaded=False``: no thread; the
-        caller runs the loop one iteration at a time (``iterate``), as the tests do to place each join exactly."""
+        caller runs the loop one iteration at a time (``iterate``), as the tests do to place each join exactly.
+        ``vision``: encodes a job's pixels into embeddings on the decoder's device (``DeviceVisionEncoder``); None:
+        jobs with pixels are refused."""
         if not isinstance(captioner.decoder, FixedBufferDecoder):
             raise TypeError("the loop needs a FixedBufferDecoder: rows join and leave its table")
         self.captioner = captioner
@@ -103,6 +108,7 @@ class CaptionEngine:
         self.policy = policy
         self.warn = warn
         self.report = report
+        self.vision = vision
         self.answers: list[tuple[Job, list[str] | None, BaseException | None]] = []  # this iteration's
         self.sep = self.decoder.shape["sep_token_id"]
         self.max_new_tokens = captioner.max_new_tokens
@@ -128,9 +134,8 @@ class CaptionEngine:
         with self.condition:
             if self.stopped:
                 raise Refused("the captioner is stopping")
-            if len(job.prompts) != len(job.image_embeds):
-                error = Refused(f"{len(job.image_embeds)} images but {len(job.prompts)} prompts", "INVALID_ARG")
-                self.refusals.append((job, error))
+            if problem := self._problem(job):
+                self.refusals.append((job, Refused(problem, "INVALID_ARG")))
             elif self.policy.max_queue_size and len(self.waiting) >= self.policy.max_queue_size:
                 self.refusals.append(
                     (job, Refused(f"{QUEUE_FULL} ({self.policy.max_queue_size} requests wait to join)"))
@@ -138,6 +143,16 @@ class CaptionEngine:
             else:
                 self.waiting.append(job)
             self.condition.notify()
+
+    def _problem(self, job: Job) -> str | None:
+        images = job.pixels if job.image_embeds is None else job.image_embeds
+        if images is None or (job.pixels is not None and job.image_embeds is not None):
+            return "send either IMAGE_EMBEDS or CAPTIONER_PIXELS"
+        if job.pixels is not None and self.vision is None:
+            return "this captioner takes IMAGE_EMBEDS only (its vision_encoder_graph is empty)"
+        if len(job.prompts) != len(images):
+            return f"{len(images)} images but {len(job.prompts)} prompts"
+        return None
 
     def refuse(self, job: Job, error: Refused) -> None:
         """Answer ``job`` with ``error`` from the loop's thread (see ``submit``)."""
@@ -255,16 +270,23 @@ class CaptionEngine:
     def _join(self, job: Job) -> None:
         job.tokens = [[] for _ in job.prompts]
         job.open_rows = len(job.prompts)
+        embeds: np.ndarray | ort.OrtValue | None = job.image_embeds
+        if job.pixels is not None and self.vision is not None:
+            with self.captioner.clock.timing("vision"):
+                embeds = self.vision(job.pixels)  # on the decoder's device: they stay there
+        assert embeds is not None  # submit refused the others
         prompt_ids = [self.captioner.prompt_ids(prompt) for prompt in job.prompts]
         if not self.decoder.fits(prompt_ids, self.max_new_tokens):  # longer prompts than the table's slots
             self._release(job)
-            self.answers.append((job, self.captioner.caption(job.image_embeds, job.prompts), None))
+            host = embeds.numpy() if isinstance(embeds, ort.OrtValue) else embeds
+            self.answers.append((job, self.captioner.caption(host, job.prompts), None))
             return
         with self.captioner.clock.timing("prefill"):
             for first, last in runs(job.rows):  # rows next to each other begin in one run
-                span = slice(job.rows.index(first), job.rows.index(last) + 1)
+                start = job.rows.index(first)
+                span = slice(start, start + last - first + 1)
                 tokens = self.decoder.admit(
-                    first, job.image_embeds[span], prompt_ids[span], self.captioner.repetition_penalty
+                    first, embeds, prompt_ids[span], self.captioner.repetition_penalty, embeds_row=start
                 )
                 for row, token in zip(range(first, last + 1), tokens):
                     self._record(row, int(token))

@@ -32,7 +32,8 @@ CAPTION_AFTER_PROMPT = "CAPTION_AFTER_PROMPT"  # the caption's own words: BLIP's
 OUTPUTS = (CAPTION, CAPTION_STATUS, PROMPT, CAPTION_AFTER_PROMPT)  # as its config.pbtxt declares
 # The captioner call's tensors, from its declaration, which food11-validate checks against the captioner's config.
 CAPTIONER_CALL = CaptionWithLabelSettings.CAPTIONER_CALL
-EMBEDS_SENT, PROMPT_SENT = CAPTIONER_CALL.inputs  # EMBEDS_SENT: the step's own input, forwarded as is
+# EMBEDS_SENT, PIXELS_SENT: the step's own inputs, forwarded as they are (whichever it was given)
+EMBEDS_SENT, PIXELS_SENT, PROMPT_SENT = CAPTIONER_CALL.inputs
 CAPTION_READ, CAPTION_ERROR_READ = CAPTIONER_CALL.outputs
 
 # The captioner call: prompts -> one caption per prompt (str, or a BYTES tensor's bytes); CaptionerFailed

@@ -11,6 +11,7 @@ from pipeline_src.steps.caption_with_label import (
     CAPTION_READ,
     CAPTIONER_CALL,
     EMBEDS_SENT,
+    PIXELS_SENT,
     PROMPT_SENT,
     CaptionerCall,
     CaptionerFailed,
@@ -24,11 +25,17 @@ def captioner_for(caller, settings: CaptionWithLabelSettings) -> CaptionerCall:
     the caller's trace (a traced request's trace shows the captioner as its child) and its timeout (the time its
     caller has left: the captioner's queue refuses it past that)."""
 
+    forwarded = [
+        tensor
+        for sent in (EMBEDS_SENT, PIXELS_SENT)
+        if (tensor := pb_utils.get_input_tensor_by_name(caller, sent.name))
+    ]
+
     async def caption(prompts: list[str]):
         request = pb_utils.InferenceRequest(
             model_name=CAPTIONER_CALL.callee(settings),
             inputs=[
-                pb_utils.get_input_tensor_by_name(caller, EMBEDS_SENT.name),
+                *forwarded,  # the embeddings, or the pixels the captioner encodes itself: whichever the caller has
                 bytes_tensor(PROMPT_SENT.name, prompts),
             ],
             requested_output_names=CAPTIONER_CALL.output_names,

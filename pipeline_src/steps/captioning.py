@@ -28,8 +28,9 @@ STANDIN_MARKER = "STAND_IN.json"  # present only in a stand-in snapshot built by
 TOKENIZER_FILE = "tokenizer.json"
 # What the captioner step's clock times (its metrics, docs/profiling.md "Inside a step"): each iteration of its loop
 # (pipeline_src.steps.caption_engine: requests join, then one step of every row), and inside it the joining
-# requests' prefill and the decoder step; row_step counts the rows each step carried (no time of its own).
-CAPTIONER_PHASES = ("iteration", "prefill", "decoder_step", "row_step")
+# requests' vision encoding (those that sent pixels), their prefill and the decoder step; row_step counts the rows
+# each step carried (no time of its own).
+CAPTIONER_PHASES = ("iteration", "vision", "prefill", "decoder_step", "row_step")
 OUTER_PHASE = "iteration"  # the one the others run inside (what it has beyond them: the host's share)
 
 

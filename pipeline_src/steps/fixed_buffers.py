@@ -177,11 +177,13 @@ class FixedBufferDecoder(TextDecoder):
     def admit(
         self,
         first: int,
-        image_embeds: np.ndarray,
+        image_embeds: np.ndarray | ort.OrtValue,
         prompt_ids: Sequence[Sequence[int]],
         repetition_penalty: float = 1.0,
+        embeds_row: int = 0,
     ) -> np.ndarray:
-        """Rows ``[first, first + n)`` begin captions of ``image_embeds [n, ...]`` after ``prompt_ids``: their
+        """Rows ``[first, first + n)`` begin captions of rows ``[embeds_row, embeds_row + n)`` of ``image_embeds``
+        (host arrays, or values on this decoder's device, which stay there) after ``prompt_ids``: their
         cross-attention keys and values and their prompt's step, written where the next ``step_rows`` reads them;
         their first new tokens. The other rows are untouched. Prompts must fit (``fits``)."""
         rows = len(prompt_ids)
@@ -189,7 +191,11 @@ class FixedBufferDecoder(TextDecoder):
             raise ValueError(f"rows {first}..{first + rows - 1} with prompts up to {self.max_prompt_tokens} tokens")
         buffers = self.buffers
         binding = self.cross_kv.io_binding()
-        binding.bind_cpu_input(IMAGE_EMBEDS, np.ascontiguousarray(image_embeds, dtype=np.float32))
+        if isinstance(image_embeds, ort.OrtValue):
+            self._bind_rows(binding, IMAGE_EMBEDS, image_embeds, rows, embeds_row, output=False)
+        else:
+            embeds = image_embeds[embeds_row : embeds_row + rows]
+            binding.bind_cpu_input(IMAGE_EMBEDS, np.ascontiguousarray(embeds, dtype=np.float32))
         for name, value in zip(self.cross_names, buffers.cross):
             self._bind_rows(binding, name, value, rows, first, output=True)
         self.cross_kv.run_with_iobinding(binding)

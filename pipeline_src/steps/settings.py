@@ -217,8 +217,11 @@ class CaptionWithLabelSettings(StepSettings):
     CAPTIONER_CALL: ClassVar[BlsCall] = BlsCall(
         callee_field="captioner_model",
         inputs=(
-            # the vision encoder's output: 577 image tokens (1 + 24 x 24 patches), its width the model's
-            BlsTensor("IMAGE_EMBEDS", "TYPE_FP32", (577, -1), forwarded=True),
+            # Either of two, whichever this step was given: the vision encoder's output (577 image tokens,
+            # 1 + 24 x 24 patches, its width the model's), or the photo's pixels, which the captioner encodes itself,
+            # on its own device (food11_pipeline_merged: the embeddings never leave it).
+            BlsTensor("IMAGE_EMBEDS", "TYPE_FP32", (577, -1), forwarded=True, optional=True),
+            BlsTensor("CAPTIONER_PIXELS", "TYPE_UINT8", (3, 384, 384), forwarded=True, optional=True),
             BlsTensor("PROMPT", "TYPE_STRING", (1,)),  # empty: an unconditional caption
         ),
         outputs=(
@@ -279,6 +282,11 @@ class CaptionerSettings(PrecisionSettings):
     # On a GPU instance: each step size of the table recorded once and replayed as a CUDA graph (same captions,
     # measured on an H100).
     gpu_cuda_graphs: bool = True
+    # The vision encoder's graph, relative to this step's version folder, which this step runs itself for a request
+    # that sends CAPTIONER_PIXELS instead of IMAGE_EMBEDS (food11_pipeline_merged: one process for the image-to-caption
+    # path, the embeddings never leaving its device), in the precision cpu_precision chooses for it (its int8 twin's
+    # fidelity beside it). "": such requests are refused, and no second copy of the graph is loaded.
+    vision_encoder_graph: str = "../../vision_encoder/1/model.onnx"
 
     DIRECTORY_FIELDS: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "model_dir": ("config.json",),

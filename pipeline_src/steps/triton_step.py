@@ -48,6 +48,12 @@ def input_array(request, name: str):
     return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
 
 
+def optional_array(request, name: str):
+    """An optional input's array, None where the request does not carry it."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()
+
+
 def bytes_tensor(name: str, values: list[str]) -> pb_utils.Tensor:
     return pb_utils.Tensor(name, bytes_rows(values))
 

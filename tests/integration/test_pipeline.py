@@ -185,12 +185,30 @@ def test_the_captioner_says_on_tritons_metrics_where_its_time_goes(client, trito
     rows, next to each other), then every step carries both rows (the same photo: the captions end together); the
     figures reach /metrics before the answer does."""
     before = captioner_phases(triton)
-    assert set(before) == {"iteration", "prefill", "decoder_step", "row_step"}
+    assert set(before) == {"iteration", "vision", "prefill", "decoder_step", "row_step"}
     client.caption([photos["coffee.png"], photos["coffee.png"]])
     after = captioner_phases(triton)
     seconds = {phase: after[phase][0] - before[phase][0] for phase in after}
     runs = {phase: after[phase][1] - before[phase][1] for phase in after}
-    assert runs["prefill"] == 1
+    assert runs["prefill"] == 1 and runs["vision"] == 0  # food11_pipeline: the vision encoder step encoded it
     assert 1 <= runs["decoder_step"] <= 19  # max_new_tokens 20: at most 19 steps after the prompt's
     assert runs["iteration"] == runs["decoder_step"] and runs["row_step"] == 2 * runs["decoder_step"]
     assert seconds["iteration"] >= seconds["prefill"] + seconds["decoder_step"] > 0
+
+
+def test_the_merged_ensemble_answers_as_the_separate_steps_do(triton, photos):
+    """food11_pipeline_merged sends the captioner the pixels and it encodes them itself (the embeddings never leave
+    its process): every answer is food11_pipeline's, photo for photo, in one request and each alone."""
+    from food11_client import Food11Client
+
+    names = ["apple.jpg", "coffee.png", "chelsea.jpg", "astronaut.webp"]
+    chosen = [photos[name] for name in names]
+    answers = {}
+    for ensemble in ("food11_pipeline", "food11_pipeline_merged"):
+        with Food11Client(triton.grpc_url, model=ensemble, timeout_s=120) as client:
+            answers[ensemble] = [*client.caption(chosen), *(client.caption([photo])[0] for photo in chosen)]
+    separate, merged = answers["food11_pipeline"], answers["food11_pipeline_merged"]
+    assert [(a.label, a.caption, a.caption_status) for a in merged] == [
+        (a.label, a.caption, a.caption_status) for a in separate
+    ]
+    assert all(answer.caption_status == "ok" or answer.caption for answer in merged)

@@ -242,3 +242,26 @@ def test_a_failing_report_loses_figures_not_answers(graphs_dir, embeds, alone):
         engine.close()
     assert answers.got["a"] == ([alone(0, PROMPTS[0])], None)
     assert any("metrics gone" in warning for warning in warnings)
+
+
+def test_pixels_encoded_in_the_loop_give_the_captions_of_the_embeddings(graphs_dir, model_repository, embeds, alone):
+    """food11_pipeline_merged's path: a request sends uint8 pixels, the loop encodes them with the vision graph on
+    the decoder's device and captions them; the captions are those of the vision encoder step's embeddings. A
+    request with neither input, or the pixels to a captioner without the graph, is refused with why."""
+    from pipeline_src.steps.device_vision import DeviceVisionEncoder
+
+    captioner = table(graphs_dir)
+    vision = DeviceVisionEncoder(model_repository / "vision_encoder" / "1" / "model.onnx", captioner.decoder.device)
+    pixels = np.concatenate([check_pixels(9), check_pixels(3)])[:3]
+    engine = CaptionEngine(captioner, threaded=False, vision=vision)
+    answers = Answers()
+    engine.submit(answers.job("pixels", None, PROMPTS[:3], pixels=pixels))
+    engine.submit(answers.job("neither", None, PROMPTS[:1]))
+    while engine.rows_in_use or engine.waiting or engine.refusals:
+        engine.iterate()
+    assert answers.got["pixels"] == ([alone(row, PROMPTS[row]) for row in range(3)], None)
+    assert "either IMAGE_EMBEDS or CAPTIONER_PIXELS" in str(answers.got["neither"][1])
+    blind = CaptionEngine(table(graphs_dir), threaded=False)
+    blind.submit(answers.job("blind", None, PROMPTS[:1], pixels=pixels[:1]))
+    blind.iterate()
+    assert "takes IMAGE_EMBEDS only" in str(answers.got["blind"][1])

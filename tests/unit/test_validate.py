@@ -395,14 +395,28 @@ def test_a_bls_callee_with_other_dims_or_a_smaller_batch_is_an_error(repo):
 def test_a_forwarded_bls_tensor_must_be_the_callers_own_input(repo):
     edit(
         config(repo, "caption_with_label"),
-        '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP32, dims: [ 577, -1 ] }',
-        '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP16, dims: [ 577, -1 ] }',
+        '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP32, dims: [ 577, -1 ], optional: true }',
+        '{ name: "IMAGE_EMBEDS", data_type: TYPE_FP16, dims: [ 577, -1 ], optional: true }',
     )
     problem(
         validate_repository(repo),
         "caption_with_label",
         "BLS call to 'captioner'",
         "this step's input 'IMAGE_EMBEDS' is TYPE_FP16",
+    )
+
+
+def test_an_input_sent_only_when_present_must_be_optional_for_the_callee(repo):
+    edit(
+        config(repo, "captioner"),
+        '{ name: "CAPTIONER_PIXELS", data_type: TYPE_UINT8, dims: [ 3, 384, 384 ], optional: true }',
+        '{ name: "CAPTIONER_PIXELS", data_type: TYPE_UINT8, dims: [ 3, 384, 384 ] }',
+    )
+    problem(
+        validate_repository(repo),
+        "caption_with_label",
+        "BLS call to 'captioner'",
+        "sends 'CAPTIONER_PIXELS' only when it has it, but model 'captioner' needs it",
     )
 
 

@@ -5,15 +5,15 @@ cache; each request's caption is the one it gets alone."""
 
 import time
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from pipeline_src.steps.batching import bytes_rows
 from pipeline_src.steps.caption_engine import CaptionEngine, Job, QueuePolicy, Refused
 from pipeline_src.steps.captioning import CAPTIONER_PHASES, GreedyCaptioner, standin_info
+from pipeline_src.steps.device_vision import DeviceVisionEncoder
 from pipeline_src.steps.settings import CaptionerSettings
 from pipeline_src.steps.step_metrics import StepLoadGauges, StepPhaseMetrics
-from pipeline_src.steps.triton_step import StepContext, input_array
+from pipeline_src.steps.triton_step import StepContext, input_array, optional_array
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 CAPTION, ERROR = "CAPTION", "CAPTION_ERROR"
@@ -43,8 +43,20 @@ class TritonPythonModel:
             f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), providers "
             f"{self.captioner.decoder.providers}, {settings.rows_in_flight} rows in flight"
         )
+        self.vision = DeviceVisionEncoder.from_settings(
+            settings, self.step.version_dir, self.captioner.decoder.device, self.step.on_gpu
+        )
+        if self.vision is not None:
+            self.step.logger.log_info(
+                f"{self.step.name}: encodes CAPTIONER_PIXELS itself with {self.vision.path.name} "
+                f"({self.vision.choice.reason if self.vision.choice else 'fp32'})"
+            )
         if settings.warm_up:
-            self.step.logger.log_info(f"{self.step.name}: warmed up in {self.captioner.warm_up():.2f} s")
+            started = time.perf_counter()
+            self.captioner.warm_up()
+            if self.vision is not None:
+                self.vision.warm_up()
+            self.step.logger.log_info(f"{self.step.name}: warmed up in {time.perf_counter() - started:.2f} s")
         self.width = self.captioner.decoder.shape["vision_hidden_size"]
         self.metrics = StepPhaseMetrics(self.step.name, self.step.version, CAPTIONER_PHASES)
         self.load = StepLoadGauges(self.step.name, self.step.version)
@@ -54,6 +66,7 @@ class TritonPythonModel:
             self.policy,
             warn=lambda message: self.step.logger.log_error(f"{self.step.name}: {message}"),
             report=self._report,
+            vision=self.vision,
         ).start()
 
     def execute(self, requests):
@@ -63,19 +76,20 @@ class TritonPythonModel:
             sender = request.get_response_sender()
             in_band = ERROR in request.requested_output_names()  # caption_with_label's call: refusals as an output
             deadline = self.policy.deadline(arrived, request.timeout())
+            prompts = input_array(request, "PROMPT").reshape(-1)
+            answer = self._answerer(sender, len(prompts), in_band)
+            embeds, pixels = (optional_array(request, name) for name in ("IMAGE_EMBEDS", "CAPTIONER_PIXELS"))
             try:
-                embeds = input_array(request, "IMAGE_EMBEDS")
-                prompts = input_array(request, "PROMPT").reshape(-1)
-                answer = self._answerer(sender, len(prompts), in_band)
-                if embeds.shape[-1] != self.width:
+                if embeds is not None and embeds.shape[-1] != self.width:
                     problem = f"IMAGE_EMBEDS: width {embeds.shape[-1]}, the captioner's is {self.width}"
                     raise Refused(problem, "INVALID_ARG")
                 prompts = [prompt.decode("utf-8") for prompt in prompts]
             except (Refused, UnicodeDecodeError) as exc:
                 refusal = exc if isinstance(exc, Refused) else Refused(f"PROMPT: {exc}", "INVALID_ARG")
-                self.engine.refuse(Job(np.empty(0), [], answer), refusal)
+                self.engine.refuse(Job(None, [], answer), refusal)
                 continue
-            self.engine.submit(Job(embeds, prompts, answer, deadline, is_cancelled=sender.is_cancelled))
+            job = Job(embeds, prompts, answer, deadline, is_cancelled=sender.is_cancelled, pixels=pixels)
+            self.engine.submit(job)  # the loop refuses what it cannot take (neither input, or both), with why
         return None
 
     def _answerer(self, sender, rows: int, in_band: bool):

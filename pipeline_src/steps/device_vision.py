@@ -1,0 +1,54 @@
+"""The vision encoder inside the captioner step (food11_pipeline_merged): uint8 pixels in, image embeddings out
+where the captioner's decoder computes (the GPU on a GPU instance), so that they never cross to the host, through
+Triton's shared memory or to another process's CUDA context on their way to the cross-attention."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from pipeline_src.steps.onnx_runtime import onnx_session
+from pipeline_src.steps.precision import PrecisionChoice, precision_file
+from pipeline_src.steps.settings import CaptionerSettings
+
+
+class DeviceVisionEncoder:
+    def __init__(
+        self,
+        path: Path,
+        device: tuple[str, int],
+        on_gpu: bool = False,
+        intra_op_threads: int = 0,
+        choice: PrecisionChoice | None = None,
+    ):
+        self.session = onnx_session(path, on_gpu, device[1], intra_op_threads, cpu_arena=False)
+        self.device = device  # the decoder's: where the embeddings stay
+        (self.input,) = self.session.get_inputs()
+        self.output = self.session.get_outputs()[0]
+        self.path = path
+        self.choice = choice
+
+    @classmethod
+    def from_settings(
+        cls, settings: CaptionerSettings, version_dir: Path, device: tuple[str, int], on_gpu: bool = False
+    ) -> DeviceVisionEncoder | None:
+        """The graph ``vision_encoder_graph`` names, in the precision ``cpu_precision`` chooses for it (its own
+        fidelity beside it); None where the setting is empty."""
+        if not settings.vision_encoder_graph:
+            return None
+        graph = (version_dir / settings.vision_encoder_graph).resolve()
+        choice = settings.choose_precision(graph.parent, on_gpu)
+        return cls(precision_file(graph, choice.precision), device, on_gpu, settings.intra_op_threads, choice)
+
+    def __call__(self, pixels: np.ndarray) -> ort.OrtValue:
+        """``pixels`` uint8 ``[n, 3, 384, 384]`` -> ``image_embeds [n, 577, width]`` on the decoder's device."""
+        binding = self.session.io_binding()
+        binding.bind_cpu_input(self.input.name, np.ascontiguousarray(pixels))
+        binding.bind_output(self.output.name, *self.device)
+        self.session.run_with_iobinding(binding)
+        return binding.get_outputs()[0]
+
+    def warm_up(self) -> None:
+        self(np.zeros((1, *self.input.shape[1:]), np.uint8))
