@@ -34,9 +34,9 @@ def photos() -> dict[str, bytes]:
 def model_repository(tmp_path_factory) -> Path:
     """A copy of model_repository/ (configs and model.py files) with its model files built by the
     project's own build command: the offline-default classifier and the tiny BLIP stand-in, with the int8
-    twins that the precision tests need."""
+    twins that the precision tests need and the fp16 twins of the captioner's fast mode."""
     from pipeline_src.model_build.cli import build_repository_copy
 
     return build_repository_copy(
-        tmp_path_factory.mktemp("repo") / "model_repository", models=["--blip-standin", "tiny", "--int8"]
+        tmp_path_factory.mktemp("repo") / "model_repository", models=["--blip-standin", "tiny", "--int8", "--fast"]
     )

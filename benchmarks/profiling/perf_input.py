@@ -48,6 +48,7 @@ from pipeline_src.steps.bls import BlsCall
 from pipeline_src.steps.caption_with_label import (
     CAPTION_AFTER_PROMPT,
     CAPTION_ERROR_READ,
+    CAPTION_MODE_READ,
     CAPTION_READ,
     EMBEDS_SENT,
     PIXELS_SENT,
@@ -209,7 +210,11 @@ def _captioner_runner(model: Model, settings: StepSettings) -> Runner:
                 inputs[PIXELS_SENT.name]
             )
         captions = captioner.caption(embeds, prompts)
-        return {CAPTION_READ.name: bytes_rows(captions), CAPTION_ERROR_READ.name: bytes_rows([""] * len(captions))}
+        return {
+            CAPTION_READ.name: bytes_rows(captions),
+            CAPTION_ERROR_READ.name: bytes_rows([""] * len(captions)),
+            CAPTION_MODE_READ.name: bytes_rows(["exact"] * len(captions)),  # the runner's are the exact graphs
+        }
 
     return run
 

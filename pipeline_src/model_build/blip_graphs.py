@@ -17,12 +17,13 @@ from pathlib import Path
 import tokenizers
 
 from pipeline_src.model_build import blip_fidelity, blip_onnx
+from pipeline_src.model_build.fast_graphs import build_fast
 from pipeline_src.model_build.int8_weights import quantize_weights_int8
 from pipeline_src.steps.captioning import TOKENIZER_FILE, blip_prompt_ids
 from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.labels import FOOD11_CLASSES
 from pipeline_src.steps.onnx_runtime import OnnxModel
-from pipeline_src.steps.precision import FIDELITY_FILE, precision_file, read_fidelity
+from pipeline_src.steps.precision import FAST_PRECISION, FIDELITY_FILE, precision_file, read_fidelity
 from pipeline_src.steps.settings import CaptionWithLabelSettings
 from pipeline_src.steps.text_decoder import (
     CACHE_LAYOUT,
@@ -54,7 +55,7 @@ class GraphPaths:
     def tokenizer(self) -> Path:
         return self.text_dir / TOKENIZER_FILE
 
-    def complete(self, int8: bool = False) -> bool:
+    def complete(self, int8: bool = False, fast: bool = False) -> bool:
         """Written last, the fidelity files mean a finished build (with int8 twins, when ``int8``) of the graphs'
         current layout: without the tokenizer file, one from before the graphs took their caches one tensor per
         layer; without the cache layout in decoder.json, one from before the cache had fixed slots."""
@@ -65,11 +66,13 @@ class GraphPaths:
             and (self.text_dir / DECODER_SHAPE_FILE).is_file()
             and json.loads((self.text_dir / DECODER_SHAPE_FILE).read_text()).get("cache_layout") == CACHE_LAYOUT
             and (not int8 or all("int8" in document["options"] for document in fidelity if document))
+            and (not fast or all(FAST_PRECISION in document["options"] for document in fidelity if document))
         )
 
 
-def build(snapshot: Path, paths: GraphPaths, int8: bool = False) -> Iterator[str]:
-    """Export, measure, and quantise when ``int8``; yields one line per stage for the build's output."""
+def build(snapshot: Path, paths: GraphPaths, int8: bool = False, fast: bool = False) -> Iterator[str]:
+    """Export, measure, and quantise when ``int8``; the fast mode's fp16 twins and their guard when ``fast``; yields
+    one line per stage for the build's output."""
     from transformers import AutoTokenizer, BlipForConditionalGeneration
 
     for stale in (paths.vision.parent / FIDELITY_FILE, paths.text_dir / FIDELITY_FILE):
@@ -80,7 +83,8 @@ def build(snapshot: Path, paths: GraphPaths, int8: bool = False) -> Iterator[str
     yield f"exported {paths.vision}, {', '.join(path.name for path in paths.text_graphs)} in {paths.text_dir}"
 
     for graph in (paths.vision, *paths.text_graphs):
-        precision_file(graph, "int8").unlink(missing_ok=True)  # a twin left from an earlier build is stale
+        for twin in ("int8", FAST_PRECISION):  # a twin left from an earlier build is stale
+            precision_file(graph, twin).unlink(missing_ok=True)
         if int8:
             quantize_weights_int8(graph, precision_file(graph, "int8"))
     if int8:
@@ -118,19 +122,31 @@ def build(snapshot: Path, paths: GraphPaths, int8: bool = False) -> Iterator[str
     exact = figures("fp32", "fp32")
     blip_fidelity.require_exact(exact, f"captioner built from {snapshot}")
     yield f"fp32 graphs reproduce Hugging Face fp32 generate: {_describe(exact)}"
-    if not int8:
-        _write_fidelity(paths.vision.parent, exact)
-        _write_fidelity(paths.text_dir, exact)
-        return
-    vision_int8, text_int8, both_int8 = figures("int8", "fp32"), figures("fp32", "int8"), figures("int8", "int8")
-    _write_fidelity(paths.vision.parent, exact, vision_int8, "vision encoder int8, text decoder fp32", both_int8)
-    _write_fidelity(paths.text_dir, exact, text_int8, "text decoder int8, vision encoder fp32", both_int8)
-    for what, measured in (
-        ("vision encoder int8", vision_int8),
-        ("text decoder int8", text_int8),
-        ("both int8", both_int8),
-    ):
-        yield f"{what}: {_describe(measured)}"
+    vision_options: dict = {"fp32": exact}
+    text_options: dict = {"fp32": exact}
+    extra: dict = {}
+    if int8:
+        vision_int8, text_int8, both_int8 = figures("int8", "fp32"), figures("fp32", "int8"), figures("int8", "int8")
+        vision_options["int8"] = {**vision_int8, "means": "vision encoder int8, text decoder fp32"}
+        text_options["int8"] = {**text_int8, "means": "text decoder int8, vision encoder fp32"}
+        extra["both_int8"] = both_int8
+        for what, measured in (
+            ("vision encoder int8", vision_int8),
+            ("text decoder int8", text_int8),
+            ("both int8", both_int8),
+        ):
+            yield f"{what}: {_describe(measured)}"
+    if fast:
+        fp16 = build_fast(paths.vision, paths.text_dir, reference, pixels, CHECK_MAX_NEW_TOKENS)
+        text_options[FAST_PRECISION] = vision_options[FAST_PRECISION] = fp16
+        yield (
+            f"fast mode (fp16, guarded): teacher-forced top-1 {fp16['teacher_forced_top1']:.1%} unguarded; guard "
+            f"margin {fp16['guard_margin']:.3g}; {fp16['captions_identical']}/{fp16['captions']} captions identical, "
+            f"{fp16['guard_redone_steps']} of {fp16['guard_steps']} steps redone exactly; merged (vision fp16 too): "
+            f"{fp16['merged']['captions_identical']}/{fp16['merged']['captions']}"
+        )
+    _write_fidelity(paths.vision.parent, vision_options, extra)
+    _write_fidelity(paths.text_dir, text_options, extra)
 
 
 def _describe(figures: dict) -> str:
@@ -141,15 +157,13 @@ def _describe(figures: dict) -> str:
     )
 
 
-def _write_fidelity(
-    directory: Path, exact: dict, int8: dict | None = None, int8_means: str = "", both_int8: dict | None = None
-) -> None:
-    """The figures beside the graphs; without int8 twins, fp32's alone."""
+def _write_fidelity(directory: Path, options: dict, extra: dict) -> None:
+    """The figures beside the graphs: fp32's, and each twin's that was built."""
     document = {
         "reference": "Hugging Face BLIP fp32 generate (greedy), one photo at a time",
-        "check_inputs": f"{exact['captions']} photos from tests/photos (originals, mirrored, cropped) with prompts "
-        f"{list(blip_fidelity.CHECK_PROMPTS)}, {CHECK_MAX_NEW_TOKENS} new tokens",
-        "options": {"fp32": exact, **({"int8": {**int8, "means": int8_means}} if int8 else {})},
-        **({"both_int8": both_int8} if both_int8 else {}),
+        "check_inputs": f"{options['fp32']['captions']} photos from tests/photos (originals, mirrored, cropped) with "
+        f"prompts {list(blip_fidelity.CHECK_PROMPTS)}, {CHECK_MAX_NEW_TOKENS} new tokens",
+        "options": options,
+        **extra,
     }
     (directory / FIDELITY_FILE).write_text(json.dumps(document, indent=2) + "\n")

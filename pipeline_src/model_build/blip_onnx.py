@@ -51,6 +51,7 @@ from pipeline_src.steps.text_decoder import (
     CROSS_KV_FILE,
     DECODER_STEP_FILE,
     IMAGE_EMBEDS,
+    MARGIN_OUTPUT,
     NEXT_OUTPUTS,
     STEP_INPUTS,
     cache_names,
@@ -61,7 +62,7 @@ OPSET = 17
 VISION_INPUT, VISION_OUTPUT = "pixel_values", IMAGE_EMBEDS
 # The decoder step's inputs and outputs beside the caches, in order (pipeline_src.steps.text_decoder binds them).
 TOKEN_INPUTS = list(STEP_INPUTS)
-TOKEN_OUTPUTS = ["logits", *NEXT_OUTPUTS]
+TOKEN_OUTPUTS = ["logits", *NEXT_OUTPUTS, MARGIN_OUTPUT]
 
 
 def text_config(blip: BlipForConditionalGeneration) -> BlipTextConfig:
@@ -217,14 +218,18 @@ def greedy_next(logits, position_ids, attention_bias, cache_positions, seen, rep
     RepetitionPenaltyLogitsProcessor: a seen token's score divided by the penalty when positive, multiplied when
     negative; argmax takes the first of equal scores, as torch's does), one position and one slot further, the
     new slot made visible, the token marked seen. A row whose slots are full stays on its last slot (a row that
-    has finished and waits to leave a shared step; its answers are not read)."""
+    has finished and waits to leave a shared step; its answers are not read). Then how sure the choice is: the
+    winning score's lead over the runner-up (the fast mode's guard redoes a step on the exact path under a bound)."""
     penalised = torch.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)
-    next_ids = torch.argmax(torch.where(seen, penalised, logits), dim=-1, keepdim=True)
+    scores = torch.where(seen, penalised, logits)
+    next_ids = torch.argmax(scores, dim=-1, keepdim=True)
+    best_two = torch.topk(scores, 2, dim=-1).values
+    margin = best_two[:, :1] - best_two[:, 1:2]
     next_slot = torch.minimum(cache_positions[:, -1:] + 1, slot_ids[-1:])
     visible = slot_ids[None, None, None, :] == next_slot[:, None, :, None]
     next_bias = attention_bias[:, :, -1:, :].masked_fill(visible, 0.0)
     next_seen = seen.scatter(1, next_ids, torch.ones_like(next_ids, dtype=torch.bool))
-    return next_ids, position_ids[:, -1:] + 1, next_bias, next_slot, next_seen
+    return next_ids, position_ids[:, -1:] + 1, next_bias, next_slot, next_seen, margin
 
 
 def export_graphs(blip: BlipForConditionalGeneration, directory: Path, vision_path: Path) -> DecoderShape:
@@ -286,7 +291,7 @@ def export_decoder_step(module: nn.Module, shape: DecoderShape, path: Path, devi
         "seen": {0: "batch"},
         "slot_ids": {0: "slots"},
         "logits": {0: "batch"},
-        **{name: {0: "batch"} for name in NEXT_OUTPUTS},
+        **{name: {0: "batch"} for name in [*NEXT_OUTPUTS, MARGIN_OUTPUT]},
         "next_attention_bias": {0: "batch", 3: "slots"},
         **{name: {0: "batch", 2: "slots"} for name in [*past, *present]},
         **{name: {0: "batch"} for name in cross},

@@ -57,6 +57,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "minutes more with the base stand-in), for cpu_precision int8 or auto; serving's default is fp32",
     )
     parser.add_argument(
+        "--fast",
+        action="store_true",
+        help="also build the fp16 twins of the BLIP graphs for the captioner's mode fast, calibrate its guard and "
+        "measure its fidelity against fp32 (serving's default is the exact mode)",
+    )
+    parser.add_argument(
         "--force", action="store_true", help="rebuild files that already exist, whatever they were built from"
     )
     return parser.parse_args(argv)
@@ -94,7 +100,7 @@ def build_captioner(args: argparse.Namespace, decision: staleness.Decision) -> N
     if decision.build:
         replace_snapshot(args.repository, args.blip if real else None, args.blip_standin)
     # A new snapshot makes every graph of the old one stale; kept, the build only fills in missing graphs.
-    build_captioner_graphs(args.repository, target, force=decision.build, int8=args.int8)
+    build_captioner_graphs(args.repository, target, force=decision.build, int8=args.int8, fast=args.fast)
     origin = manifests.blip_origin(target, args.blip if real and decision.build else None)
     for manifest in manifests.write_captioner_manifests(args.repository, target, origin):
         print(f"{manifest.model}: manifest {manifest.kind}, sha256 {manifest.sha256[:16]}")
@@ -126,18 +132,21 @@ def replace_snapshot(repository: Path, blip: str | None, standin_size: str) -> N
         )
 
 
-def build_captioner_graphs(repository: Path, snapshot: Path, force: bool = False, int8: bool = False) -> None:
-    """The ONNX graphs of the snapshot (with their int8 twins when ``int8``) and the fidelity of each, checked
-    against Hugging Face fp32 (pipeline_src.model_build.blip_graphs)."""
+def build_captioner_graphs(
+    repository: Path, snapshot: Path, force: bool = False, int8: bool = False, fast: bool = False
+) -> None:
+    """The ONNX graphs of the snapshot (with their int8 twins when ``int8``, their fp16 twins when ``fast``) and
+    the fidelity of each, checked against Hugging Face fp32 (pipeline_src.model_build.blip_graphs)."""
     from pipeline_src.model_build import blip_graphs
 
     paths = blip_graphs.GraphPaths.in_repository(repository)
-    if paths.complete(int8) and not force:
+    if paths.complete(int8, fast) and not force:
         log.info("captioner: graphs in %s and %s exist (--force rebuilds them)", paths.vision.parent, paths.text_dir)
         return
     started = time.monotonic()
-    print(f"captioner: exporting the ONNX graphs{' and their int8 twins' if int8 else ''} and checking them ...")
-    for line in blip_graphs.build(snapshot, paths, int8):
+    twins = " and ".join(name for name, wanted in (("int8", int8), ("fp16", fast)) if wanted)
+    print(f"captioner: exporting the ONNX graphs{f' and their {twins} twins' if twins else ''} and checking them ...")
+    for line in blip_graphs.build(snapshot, paths, int8, fast):
         print(f"captioner: {line} ({time.monotonic() - started:.0f} s)", flush=True)
 
 

@@ -29,10 +29,11 @@ import onnxruntime as ort
 
 from pipeline_src.contract import QUEUE_REFUSALS, QUEUE_TIMED_OUT
 from pipeline_src.steps.captioning import GreedyCaptioner, join_caption
-from pipeline_src.steps.fixed_buffers import FixedBufferDecoder
+from pipeline_src.steps.fixed_buffers import FixedBufferDecoder, runs
 from pipeline_src.steps.settings import CaptionerSettings
 
 QUEUE_FULL = QUEUE_REFUSALS[0]
+EXACT, FAST = "exact", "fast"  # CAPTION_MODE: which graphs made a caption
 
 
 class Refused(Exception):
@@ -74,12 +75,14 @@ class Job:
 
     image_embeds: np.ndarray | None  # [n, image tokens, width], or None with pixels
     prompts: list[str]
-    answer: Callable[[list[str] | None, BaseException | None], None]
+    # called with the captions and, for each, which mode made it (CAPTION_MODE), or with the error that ends it
+    answer: Callable[[list[str] | None, BaseException | None, list[str] | None], None]
     deadline: float | None = None  # time.monotonic by which it must have joined
     is_cancelled: Callable[[], bool] = lambda: False
     pixels: np.ndarray | None = None  # uint8 [n, 3, 384, 384], in place of image_embeds: the loop encodes them
     rows: list[int] = field(default_factory=list)  # its rows in the table, once joined
     tokens: list[list[int]] = field(default_factory=list)
+    redone: list[int] = field(default_factory=list)  # per row: the steps the fast mode's guard redid exactly
     open_rows: int = 0
 
 
@@ -109,7 +112,8 @@ class CaptionEngine:
         self.warn = warn
         self.report = report
         self.vision = vision
-        self.answers: list[tuple[Job, list[str] | None, BaseException | None]] = []  # this iteration's
+        # this iteration's answers: (job, captions, error, modes)
+        self.answers: list[tuple[Job, list[str] | None, BaseException | None, list[str] | None]] = []
         self.sep = self.decoder.shape["sep_token_id"]
         self.max_new_tokens = captioner.max_new_tokens
         self.waiting: deque[Job] = deque()
@@ -204,7 +208,7 @@ class CaptionEngine:
         with self.condition:
             refused, joining = self._take_waiting()
             refused, self.refusals = self.refusals + refused, []
-        self.answers = [(job, None, error) for job, error in refused]
+        self.answers = [(job, None, error, None) for job, error in refused]
         try:
             with self.captioner.clock.timing("iteration"):
                 self._iterate(joining)
@@ -217,16 +221,16 @@ class CaptionEngine:
         if self.answers:
             self._report()
             answers, self.answers = self.answers, []
-            for job, captions, error in answers:
-                self._answer(job, captions, error)
+            for job, captions, error, modes in answers:
+                self._answer(job, captions, error, modes)
 
     def _stop(self) -> None:
         with self.condition:
             left = list(self.waiting)
             self.waiting.clear()
             refused, self.refusals = self.refusals, []
-        self.answers = [(job, None, error) for job, error in refused]
-        self.answers += [(job, None, Refused("the captioner stopped before this request began")) for job in left]
+        self.answers = [(job, None, error, None) for job, error in refused]
+        self.answers += [(job, None, Refused("the captioner stopped before this request began"), None) for job in left]
         self._fail_in_progress(Refused("the captioner stopped while this request was in progress"))
         self._send_answers()
 
@@ -262,13 +266,15 @@ class CaptionEngine:
         if in_use:
             clock = self.captioner.clock
             with clock.timing("decoder_step"):
-                tokens = self.decoder.step_rows(self.decoder.size_for(in_use[-1] + 1))
+                tokens = self.decoder.step_rows(self.decoder.size_for(in_use[-1] + 1), in_use)
             clock.count("row_step", len(in_use))  # captions in progress per step: row_step runs / decoder_step runs
+            redone = set(self.decoder.last_redone)
             for index in in_use:
-                self._record(index, int(tokens[index]))
+                self._record(index, int(tokens[index]), index in redone)
 
     def _join(self, job: Job) -> None:
         job.tokens = [[] for _ in job.prompts]
+        job.redone = [0] * len(job.prompts)
         job.open_rows = len(job.prompts)
         embeds: np.ndarray | ort.OrtValue | None = job.image_embeds
         if job.pixels is not None and self.vision is not None:
@@ -279,7 +285,8 @@ class CaptionEngine:
         if not self.decoder.fits(prompt_ids, self.max_new_tokens):  # longer prompts than the table's slots
             self._release(job)
             host = embeds.numpy() if isinstance(embeds, ort.OrtValue) else embeds
-            self.answers.append((job, self.captioner.caption(host, job.prompts), None))
+            captions = self.captioner.caption(host, job.prompts)  # outside the table: the exact graphs
+            self.answers.append((job, captions, None, [EXACT] * len(captions)))
             return
         with self.captioner.clock.timing("prefill"):
             for first, last in runs(job.rows):  # rows next to each other begin in one run
@@ -288,23 +295,35 @@ class CaptionEngine:
                 tokens = self.decoder.admit(
                     first, embeds, prompt_ids[span], self.captioner.repetition_penalty, embeds_row=start
                 )
+                redone = set(self.decoder.last_redone)
                 for row, token in zip(range(first, last + 1), tokens):
-                    self._record(row, int(token))
+                    self._record(row, int(token), row in redone)
 
-    def _record(self, row: int, token: int) -> None:
-        """One new token of the caption in ``row``; the row leaves at [SEP] or the last token, the request answered
-        when its last row leaves."""
+    def _record(self, row: int, token: int, redone: bool = False) -> None:
+        """One new token of the caption in ``row`` (``redone``: by the fast mode's guard, exactly); the row leaves at
+        [SEP] or the last token, the request answered when its last row leaves."""
         held = self.rows[row]
         if held is None:
             return
         job, index = held
         job.tokens[index].append(token)
+        job.redone[index] += redone
         if token == self.sep or len(job.tokens[index]) == self.max_new_tokens:
             self.rows[row] = None
             job.open_rows -= 1
             if job.open_rows == 0:
                 texts = self.captioner.text_tokenizer().decode_batch(job.tokens, skip_special_tokens=True)
-                self.answers.append((job, [join_caption(p, text) for p, text in zip(job.prompts, texts)], None))
+                captions = [join_caption(p, text) for p, text in zip(job.prompts, texts)]
+                self.answers.append((job, captions, None, self._modes(job)))
+
+    def _modes(self, job: Job) -> list[str]:
+        """Which mode made each caption: exact, or fast (and on how many of its steps the guard stepped in)."""
+        if self.decoder.fast is None:
+            return [EXACT] * len(job.tokens)
+        return [
+            f"{FAST}, {redone} of {len(tokens)} steps exact" if redone else FAST
+            for tokens, redone in zip(job.tokens, job.redone)
+        ]
 
     def _release(self, job: Job) -> None:
         for row in job.rows:
@@ -317,21 +336,12 @@ class CaptionEngine:
         jobs = {id(held[0]): held[0] for held in self.rows if held is not None}
         for job in jobs.values():
             self._release(job)
-            self.answers.append((job, None, error))
+            self.answers.append((job, None, error, None))
 
-    def _answer(self, job: Job, captions: list[str] | None, error: BaseException | None) -> None:
+    def _answer(
+        self, job: Job, captions: list[str] | None, error: BaseException | None, modes: list[str] | None
+    ) -> None:
         try:
-            job.answer(captions, error)
+            job.answer(captions, error, modes)
         except Exception:  # one request's answer failing (its caller gone) must not stop the others'
             self.warn(f"caption loop: answering a request failed: {traceback.format_exc()}")
-
-
-def runs(rows: Sequence[int]) -> list[tuple[int, int]]:
-    """Sorted row numbers as (first, last) of each run of consecutive ones: [0, 1, 2, 5, 6] -> [(0, 2), (5, 6)]."""
-    found: list[tuple[int, int]] = []
-    for row in rows:
-        if found and row == found[-1][1] + 1:
-            found[-1] = (found[-1][0], row)
-        else:
-            found.append((row, row))
-    return found

@@ -29,16 +29,32 @@ PROBABILITIES = "PROBABILITIES"  # the step's input: the label step's softmax, o
 # even when another step reads them (pipeline_src/ensemble_pruning.py; docs/EXTENDING.md).
 PROMPT = "PROMPT"  # the prompt each caption was conditioned on ("" when unsure)
 CAPTION_AFTER_PROMPT = "CAPTION_AFTER_PROMPT"  # the caption's own words: BLIP's caption begins with its prompt
-OUTPUTS = (CAPTION, CAPTION_STATUS, PROMPT, CAPTION_AFTER_PROMPT)  # as its config.pbtxt declares
+# which mode made the caption (the captioner's: "exact", or "fast" with how often its guard stepped in; "" for none):
+# an ensemble output of the pipelines, each answer's provenance
+CAPTION_MODE = "CAPTION_MODE"
+OUTPUTS = (CAPTION, CAPTION_STATUS, PROMPT, CAPTION_AFTER_PROMPT, CAPTION_MODE)  # as its config.pbtxt declares
 # The captioner call's tensors, from its declaration, which food11-validate checks against the captioner's config.
 CAPTIONER_CALL = CaptionWithLabelSettings.CAPTIONER_CALL
 # EMBEDS_SENT, PIXELS_SENT: the step's own inputs, forwarded as they are (whichever it was given)
 EMBEDS_SENT, PIXELS_SENT, PROMPT_SENT = CAPTIONER_CALL.inputs
-CAPTION_READ, CAPTION_ERROR_READ = CAPTIONER_CALL.outputs
+CAPTION_READ, CAPTION_ERROR_READ, CAPTION_MODE_READ = CAPTIONER_CALL.outputs
 
-# The captioner call: prompts -> one caption per prompt (str, or a BYTES tensor's bytes); CaptionerFailed
-# when the captioner answers with an error.
-CaptionerCall = Callable[[list[str]], Awaitable[Sequence[str | bytes]]]
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class Captioned:
+    """The captioner's answer: one caption per prompt, and which mode made each (exact, or fast...): str, or a
+    BYTES tensor's bytes."""
+
+    captions: Sequence[str | bytes]
+    modes: Sequence[str | bytes]
+
+
+# The captioner call: prompts -> Captioned; CaptionerFailed when the captioner answers with an error.
+CaptionerCall = Callable[[list[str]], Awaitable[Captioned]]
 
 
 class CaptionerFailed(Exception):
@@ -89,7 +105,7 @@ class CaptionWithLabel:
         except ValueError as exc:
             raise Refused(f"{PROBABILITIES}: {exc}", "INVALID_ARG") from exc
         wait_ms = self.settings.caption_wait_ms(time_left_us)
-        captions, failure = await self.captions(call_captioner, plans.prompts, wait_ms)
+        captions, modes, failure = await self.captions(call_captioner, plans.prompts, wait_ms)
         if failure and refused_under_load(failure):
             # Overload is the caller's to handle (retry later, elsewhere): refuse the request as the
             # captioner refused its call, rather than answer without a caption.
@@ -101,6 +117,7 @@ class CaptionWithLabel:
             CAPTION_STATUS: bytes_rows([failure or status for status in plans.statuses]),
             PROMPT: bytes_rows(plans.prompts),
             CAPTION_AFTER_PROMPT: bytes_rows(list(map(after_prompt, captions, plans.prompts))),
+            CAPTION_MODE: bytes_rows(modes),
         }
         try:
             check_outputs(outputs, self.declared_outputs, len(plans.predictions))
@@ -110,16 +127,18 @@ class CaptionWithLabel:
 
     async def captions(
         self, call_captioner: CaptionerCall, prompts: list[str], wait_ms: int
-    ) -> tuple[list[str], str | None]:
-        """(captions, None), or (empty captions, the status saying why) when the captioner let us down."""
+    ) -> tuple[list[str], list[str], str | None]:
+        """(captions, their modes, None), or (empty captions and modes, the status saying why) when the captioner
+        let us down."""
         call = asyncio.ensure_future(call_captioner(prompts))
+        empty = [""] * len(prompts)
         try:
             # shield: on timeout stop waiting, but let the captioner finish instead of cancelling mid-flight.
-            captions = await asyncio.wait_for(asyncio.shield(call), wait_ms / 1000.0)
+            answer = await asyncio.wait_for(asyncio.shield(call), wait_ms / 1000.0)
         except asyncio.TimeoutError:
             call.add_done_callback(_forget)
-            return [""] * len(prompts), CaptionStatus.CAPTIONER_TIMEOUT.with_detail(f"no caption within {wait_ms} ms")
+            return empty, empty, CaptionStatus.CAPTIONER_TIMEOUT.with_detail(f"no caption within {wait_ms} ms")
         except CaptionerFailed as exc:
             self.warn(f"captioner failed: {exc}")
-            return [""] * len(prompts), CaptionStatus.CAPTIONER_ERROR.with_detail(str(exc))
-        return [caption.decode("utf-8") if isinstance(caption, bytes) else caption for caption in captions], None
+            return empty, empty, CaptionStatus.CAPTIONER_ERROR.with_detail(str(exc))
+        return list(map(_text, answer.captions)), list(map(_text, answer.modes)), None

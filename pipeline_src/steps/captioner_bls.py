@@ -8,16 +8,20 @@ import triton_python_backend_utils as pb_utils
 
 from pipeline_src.steps.caption_with_label import (
     CAPTION_ERROR_READ,
+    CAPTION_MODE_READ,
     CAPTION_READ,
     CAPTIONER_CALL,
     EMBEDS_SENT,
     PIXELS_SENT,
     PROMPT_SENT,
+    Captioned,
     CaptionerCall,
     CaptionerFailed,
 )
 from pipeline_src.steps.settings import CaptionWithLabelSettings
 from pipeline_src.steps.triton_step import bytes_tensor
+
+READ = (CAPTION_READ.name, CAPTION_MODE_READ.name)
 
 
 def captioner_for(caller, settings: CaptionWithLabelSettings) -> CaptionerCall:
@@ -55,6 +59,6 @@ def captioner_for(caller, settings: CaptionWithLabelSettings) -> CaptionerCall:
         error = pb_utils.get_output_tensor_by_name(response, CAPTION_ERROR_READ.name).as_numpy().reshape(-1)
         if len(error) and error[0]:
             raise CaptionerFailed(error[0].decode("utf-8"))
-        return pb_utils.get_output_tensor_by_name(response, CAPTION_READ.name).as_numpy().reshape(-1)
+        return Captioned(*(pb_utils.get_output_tensor_by_name(response, name).as_numpy().reshape(-1) for name in READ))
 
     return caption

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import tokenizers
 
-from pipeline_src.steps.fixed_buffers import FixedBufferDecoder
+from pipeline_src.steps.fixed_buffers import FastGraphs, FixedBufferDecoder
+from pipeline_src.steps.onnx_runtime import onnx_session
 from pipeline_src.steps.phase_clock import PhaseClock
-from pipeline_src.steps.precision import PrecisionChoice
+from pipeline_src.steps.precision import FAST_PRECISION, FIDELITY_FILE, PrecisionChoice, precision_file, read_fidelity
 from pipeline_src.steps.settings import CaptionerSettings
-from pipeline_src.steps.text_decoder import TextDecoder
+from pipeline_src.steps.text_decoder import CROSS_KV_FILE, DECODER_STEP_FILE, TextDecoder
 
 STANDIN_MARKER = "STAND_IN.json"  # present only in a stand-in snapshot built by scripts/build_models.py
 # The snapshot's tokenizer, written next to the graphs by the build: the step reads it with the `tokenizers`
@@ -54,18 +55,46 @@ def text_decoder(
 ) -> FixedBufferDecoder:
     """The decoder the captioner step runs as its settings describe it: a table of ``rows_in_flight`` rows
     (requests join and leave it between steps); on a GPU instance with ``gpu_cuda_graphs``, its steps recorded
-    and replayed as CUDA graphs."""
+    and replayed as CUDA graphs; in the fast mode, on the fp16 graphs, guarded by the exact ones."""
     recorded = on_gpu and settings.gpu_cuda_graphs
     return FixedBufferDecoder(
         graphs_dir,
         settings.max_prompt_tokens,
         settings.max_new_tokens,
         table_sizes(settings.rows_in_flight, recorded),
+        fast=fast_graphs(settings, graphs_dir, on_gpu, device_id, recorded) if settings.mode == "fast" else None,
         precision=precision,
         on_gpu=on_gpu,
         device_id=device_id,
         intra_op_threads=settings.intra_op_threads,
         cuda_graph=recorded,
+    )
+
+
+def fast_graphs(
+    settings: CaptionerSettings, graphs_dir: Path, on_gpu: bool, device_id: int, recorded: bool
+) -> FastGraphs:
+    """The fp16 twins the build wrote (``--fast``) and the guard's margin: the setting's, or the build's calibration."""
+    margin = settings.fast_guard_margin
+    if margin < 0:
+        measured = ((read_fidelity(graphs_dir) or {}).get("options", {}).get(FAST_PRECISION)) or {}
+        if "guard_margin" not in measured:
+            raise FileNotFoundError(
+                f"mode fast: {graphs_dir / FIDELITY_FILE} holds no calibrated guard margin: build the fp16 graphs with "
+                "`make models BUILD_ARGS=--fast` (or set fast_guard_margin)"
+            )
+        margin = measured["guard_margin"]
+    threads = settings.intra_op_threads
+    return FastGraphs(
+        onnx_session(precision_file(graphs_dir / CROSS_KV_FILE, FAST_PRECISION), on_gpu, device_id, threads, False),
+        onnx_session(
+            precision_file(graphs_dir / DECODER_STEP_FILE, FAST_PRECISION),
+            on_gpu,
+            device_id,
+            threads,
+            cuda_graph=recorded,
+        ),
+        margin,
     )
 
 
@@ -165,6 +194,7 @@ class GreedyCaptioner:
             unfinished &= tokens != sep
             if not unfinished.any() or step == self.max_new_tokens - 1:
                 break
+            state.live = np.flatnonzero(unfinished).tolist()
             with self.clock.timing("decoder_step"):
                 tokens = self.decoder.step(state)  # a finished row goes on, unread: rows never mix
         return generated

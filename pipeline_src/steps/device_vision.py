@@ -10,7 +10,7 @@ import numpy as np
 import onnxruntime as ort
 
 from pipeline_src.steps.onnx_runtime import onnx_session
-from pipeline_src.steps.precision import PrecisionChoice, precision_file
+from pipeline_src.steps.precision import FAST_PRECISION, PrecisionChoice, precision_file
 from pipeline_src.steps.settings import CaptionerSettings
 
 
@@ -40,6 +40,8 @@ class DeviceVisionEncoder:
             return None
         graph = (version_dir / settings.vision_encoder_graph).resolve()
         choice = settings.choose_precision(graph.parent, on_gpu)
+        if settings.mode == "fast":  # its fp16 twin, as the text decoder's (built by --fast)
+            choice = PrecisionChoice(FAST_PRECISION, "mode fast")
         return cls(precision_file(graph, choice.precision), device, on_gpu, settings.intra_op_threads, choice)
 
     def __call__(self, pixels: np.ndarray) -> ort.OrtValue:

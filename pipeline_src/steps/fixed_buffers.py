@@ -18,6 +18,9 @@ it runs unrecorded (``gpu_graph_id -1``).
 ``start`` and ``step`` serve a whole batch at once (rows 0 to n-1), as ``TextDecoder``'s do; the captioner step's
 loop (``pipeline_src.steps.caption_engine``) admits and retires rows one request at a time. On the CPU the same
 code runs without recording: the tests check it there against ``TextDecoder``.
+
+Longer than most: the table's buffers, its bindings, rows joining and stepping, and the fast mode's guard, which
+redoes a row's step on the exact graph over the same buffers and parity: one state, kept in one place.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import onnxruntime as ort
 from pipeline_src.steps.text_decoder import (
     FED_BACK,
     IMAGE_EMBEDS,
+    MARGIN_OUTPUT,
     NEXT_OUTPUTS,
     STEP_INPUTS,
     DecoderState,
@@ -55,9 +59,25 @@ class BufferSet:
 @dataclass
 class Buffers:
     cross: list[ort.OrtValue]  # each [capacity, heads, image tokens, head_size]
+    fast_cross: list[ort.OrtValue]  # the fast mode's, in fp16 (its decoder step reads them); else none
     sets: tuple[BufferSet, BufferSet]
     repetition_penalty: ort.OrtValue  # [1]
     slot_ids: ort.OrtValue  # [slots]
+    margin: ort.OrtValue  # [capacity, 1]: each step's lead of its choice over the runner-up (the guard reads it)
+
+
+@dataclass
+class FastGraphs:
+    """The fast mode: the cross-attention and decoder step graphs in fp16, and the guard: a row whose choice leads the
+    runner-up by less than ``guard_margin`` has that step redone on the exact graphs. The fast cross-attention keys
+    and values are fp16 buffers of their own; everything else the step reads and writes is the exact graphs' fp32
+    (the caches, the fed-back inputs), so that the exact step can take a row over at any step. The first time the
+    guard redoes a row's step, the row's exact keys and values are computed from its image embeddings (kept until it
+    leaves): forced on every step from the first, the guard gives the exact captions."""
+
+    cross_kv: ort.InferenceSession
+    step: ort.InferenceSession
+    guard_margin: float
 
 
 @dataclass
@@ -84,9 +104,19 @@ class FixedBufferDecoder(TextDecoder):
         max_prompt_tokens: int,
         max_new_tokens: int,
         batch_sizes: Sequence[int] = BATCH_SIZES,
+        fast: FastGraphs | None = None,
         **session_args,
     ):
+        """``fast``: steps run on these graphs, guarded (the exact ones redo a step whose choice is close)."""
         super().__init__(directory, **session_args)
+        self.fast = fast
+        self.serving_step = fast.step if fast else self.step_session
+        self.last_redone: list[int] = []  # the rows whose step the guard redid exactly, in the last admit or step
+        self.guard_counts = [0, 0]  # steps redone, steps guarded: since the caller last reset it
+        # the fast mode: each row's image embeddings (a host array, or values on the device) and its row in them, for
+        # its exact cross-attention keys and values should the guard need them; the rows that have them
+        self.row_embeds: dict[int, tuple[np.ndarray | ort.OrtValue, int]] = {}
+        self.exact_cross: set[int] = set()
         self.records = bool(session_args.get("cuda_graph")) and self.device[0] == "cuda"
         self.slots = max_prompt_tokens + max(max_new_tokens - 1, 0)
         self.max_prompt_tokens = max_prompt_tokens
@@ -131,12 +161,22 @@ class FixedBufferDecoder(TextDecoder):
                 },
             )
 
+        cross_shape = (rows, heads, shape["image_tokens"], head_size)
         return Buffers(
-            cross=[self._zeros((rows, heads, shape["image_tokens"], head_size)) for _ in self.cross_names],
+            cross=[self._zeros(cross_shape) for _ in self.cross_names],
+            fast_cross=[self._zeros(cross_shape, self._fast_cross_type()) for _ in self.cross_names]
+            if self.fast
+            else [],
             sets=(buffer_set(), buffer_set()),
             repetition_penalty=self._zeros((1,)),
             slot_ids=ort.OrtValue.ortvalue_from_numpy(np.arange(self.slots, dtype=np.int64), *self.device),
+            margin=self._zeros((rows, 1)),
         )
+
+    def _fast_cross_type(self) -> type:
+        """What the fast cross-attention graph writes: fp16 (the build's twins), or fp32 (a twin of another kind)."""
+        assert self.fast is not None
+        return np.float16 if self.fast.cross_kv.get_outputs()[0].type == "tensor(float16)" else np.float32
 
     def _bind_rows(
         self, binding: ort.IOBinding, name: str, value: ort.OrtValue, rows: int, first: int, output: bool
@@ -146,11 +186,17 @@ class FixedBufferDecoder(TextDecoder):
         bind(name, *self.device, value.element_type(), shape, address)
 
     def _binding(
-        self, rows: int, read: BufferSet, written: BufferSet, prompt: dict | None = None, first: int = 0
+        self,
+        rows: int,
+        read: BufferSet,
+        written: BufferSet,
+        prompt: dict | None = None,
+        first: int = 0,
+        session: ort.InferenceSession | None = None,
     ) -> ort.IOBinding:
-        """A step over rows ``[first, first + rows)``: reads ``read``'s caches and fed inputs (or the prompt's, from
-        the host), writes ``written``'s."""
-        binding = self.step_session.io_binding()
+        """A step over rows ``[first, first + rows)`` on ``session`` (the serving one: fast or exact): reads
+        ``read``'s caches and fed inputs (or the prompt's, from the host), writes ``written``'s."""
+        binding = (session or self.serving_step).io_binding()
         for name in STEP_INPUTS:
             if prompt is not None and name in prompt:
                 binding.bind_cpu_input(name, np.ascontiguousarray(prompt[name]))
@@ -160,10 +206,12 @@ class FixedBufferDecoder(TextDecoder):
         binding.bind_ortvalue_input("slot_ids", self.buffers.slot_ids)
         for name, value in zip(self.past_names, read.cache):
             self._bind_rows(binding, name, value, rows, first, output=False)
-        for name, value in zip(self.cross_names, self.buffers.cross):
+        fast = (session or self.serving_step) is not self.step_session
+        for name, value in zip(self.cross_names, self.buffers.fast_cross if fast else self.buffers.cross):
             self._bind_rows(binding, name, value, rows, first, output=False)
         for name in NEXT_OUTPUTS:
             self._bind_rows(binding, name, written.fed[FED_BACK[name]], rows, first, output=True)
+        self._bind_rows(binding, MARGIN_OUTPUT, self.buffers.margin, rows, first, output=True)
         for name, value in zip(self.present_names, written.cache):
             self._bind_rows(binding, name, value, rows, first, output=True)
         return binding
@@ -190,15 +238,13 @@ class FixedBufferDecoder(TextDecoder):
         if not 0 <= first <= first + rows <= self.capacity or not self.fits(prompt_ids, 1):
             raise ValueError(f"rows {first}..{first + rows - 1} with prompts up to {self.max_prompt_tokens} tokens")
         buffers = self.buffers
-        binding = self.cross_kv.io_binding()
-        if isinstance(image_embeds, ort.OrtValue):
-            self._bind_rows(binding, IMAGE_EMBEDS, image_embeds, rows, embeds_row, output=False)
+        if self.fast:
+            self._cross_kv(self.fast.cross_kv, buffers.fast_cross, image_embeds, embeds_row, rows, first)
+            for row in range(first, first + rows):
+                self.row_embeds[row] = (image_embeds, embeds_row + row - first)
+                self.exact_cross.discard(row)
         else:
-            embeds = image_embeds[embeds_row : embeds_row + rows]
-            binding.bind_cpu_input(IMAGE_EMBEDS, np.ascontiguousarray(embeds, dtype=np.float32))
-        for name, value in zip(self.cross_names, buffers.cross):
-            self._bind_rows(binding, name, value, rows, first, output=True)
-        self.cross_kv.run_with_iobinding(binding)
+            self._cross_kv(self.cross_kv, buffers.cross, image_embeds, embeds_row, rows, first)
         if repetition_penalty != self.repetition_penalty:  # the captioner's one setting: set once in practice
             buffers.repetition_penalty.update_inplace(np.array([repetition_penalty], np.float32))
             self.repetition_penalty = repetition_penalty
@@ -218,21 +264,80 @@ class FixedBufferDecoder(TextDecoder):
         # the bias hides every slot the prompt has not written.
         read, written = buffers.sets[1 - self.parity], buffers.sets[self.parity]
         binding = self._binding(rows, read, written, prompt, first)
-        self.step_session.run_with_iobinding(binding, self.unrecorded)
+        self.serving_step.run_with_iobinding(binding, self.unrecorded)
         self.last_binding = binding
-        return binding.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+        tokens = binding.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+        low = self._close_calls(binding, range(rows))
+        if low:  # the guard: the prompt's step again on the exact graph, for the whole run (rare: it is one step)
+            self._exact_cross(range(first, first + rows))
+            exact = self._binding(rows, read, written, prompt, first, session=self.step_session)
+            self.step_session.run_with_iobinding(exact, self.unrecorded)
+            tokens = exact.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+        self.last_redone = [first + row for row in low]
+        return tokens
 
-    def step_rows(self, size: int) -> np.ndarray:
-        """One step of rows ``[0, size)`` (``size`` one of ``batch_sizes``): each row's next token."""
+    def step_rows(self, size: int, guarded: Sequence[int] = ()) -> np.ndarray:
+        """One step of rows ``[0, size)`` (``size`` one of ``batch_sizes``): each row's next token. In the fast mode,
+        those of the ``guarded`` rows (the ones in use) whose choice was close are redone on the exact graph
+        (``last_redone`` says which)."""
         key = (size, self.parity)
         if key not in self.bindings:
             sets = self.buffers.sets
             self.bindings[key] = self._binding(size, sets[self.parity], sets[1 - self.parity])
         binding = self.bindings[key]
-        self.step_session.run_with_iobinding(binding, self.recorded(2 * self.batch_sizes.index(size) + self.parity))
+        self.serving_step.run_with_iobinding(binding, self.recorded(2 * self.batch_sizes.index(size) + self.parity))
+        read, written = self.buffers.sets[self.parity], self.buffers.sets[1 - self.parity]
         self.parity = 1 - self.parity
         self.last_binding = binding
-        return binding.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+        tokens = binding.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+        self.last_redone = self._close_calls(binding, guarded)
+        self._exact_cross(self.last_redone)
+        for first, last in runs(self.last_redone):  # the same inputs, the exact graph, those rows alone
+            exact = self._binding(last - first + 1, read, written, first=first, session=self.step_session)
+            self.step_session.run_with_iobinding(exact, self.unrecorded)
+            tokens[first : last + 1] = exact.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+        return tokens
+
+    def _cross_kv(
+        self,
+        session: ort.InferenceSession,
+        into: list[ort.OrtValue],
+        image_embeds: np.ndarray | ort.OrtValue,
+        embeds_row: int,
+        rows: int,
+        first: int,
+    ) -> None:
+        """Rows ``[embeds_row, embeds_row + rows)`` of ``image_embeds`` -> their cross-attention keys and values, in
+        rows ``[first, first + rows)`` of ``into``."""
+        binding = session.io_binding()
+        if isinstance(image_embeds, ort.OrtValue):
+            self._bind_rows(binding, IMAGE_EMBEDS, image_embeds, rows, embeds_row, output=False)
+        else:
+            embeds = image_embeds[embeds_row : embeds_row + rows]
+            binding.bind_cpu_input(IMAGE_EMBEDS, np.ascontiguousarray(embeds, dtype=np.float32))
+        for name, value in zip(self.cross_names, into):
+            self._bind_rows(binding, name, value, rows, first, output=True)
+        session.run_with_iobinding(binding)
+
+    def _exact_cross(self, rows: Sequence[int]) -> None:
+        """The fast mode: the exact cross-attention keys and values of ``rows`` that lack them (the guard's first
+        visit), from the embeddings they joined with."""
+        for row in rows:
+            if row not in self.exact_cross:
+                embeds, embeds_row = self.row_embeds[row]
+                self._cross_kv(self.cross_kv, self.buffers.cross, embeds, embeds_row, 1, row)
+                self.exact_cross.add(row)
+
+    def _close_calls(self, binding: ort.IOBinding, guarded: Sequence[int]) -> list[int]:
+        """In the fast mode, the ``guarded`` rows (of the binding's) whose choice led the runner-up by less than the
+        guard's margin; counted in ``guard_counts``."""
+        if self.fast is None or not guarded:
+            return []
+        margins = binding.get_outputs()[STEP_OUTPUT_INDEX[MARGIN_OUTPUT]].numpy()[:, 0]
+        low = [row for row in guarded if not margins[row] >= self.fast.guard_margin]  # a NaN is redone too
+        self.guard_counts[0] += len(low)
+        self.guard_counts[1] += len(guarded)
+        return low
 
     # --- a whole batch at once, as TextDecoder --------------------------------------------------------------------
 
@@ -268,7 +373,8 @@ class FixedBufferDecoder(TextDecoder):
             return super().step(state)  # a batch that did not fit
         if state.written == state.slots:
             raise ValueError(f"the cache's {state.slots} slots are full: start with a larger max_new_tokens")
-        tokens = self.step_rows(state.size)[: state.rows]
+        live = range(state.rows) if state.live is None else state.live  # the guard watches the unfinished rows
+        tokens = self.step_rows(state.size, live)[: state.rows]
         state.written += 1
         state.binding = self.last_binding
         return tokens
@@ -280,4 +386,16 @@ class FixedBufferDecoder(TextDecoder):
         return options
 
 
-STEP_OUTPUT_INDEX = {name: index for index, name in enumerate(NEXT_OUTPUTS)}  # as _binding binds them
+# as _binding binds them: the fed-back outputs, then the margin
+STEP_OUTPUT_INDEX = {name: index for index, name in enumerate([*NEXT_OUTPUTS, MARGIN_OUTPUT])}
+
+
+def runs(rows: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted row numbers as (first, last) of each run of consecutive ones: [0, 1, 2, 5, 6] -> [(0, 2), (5, 6)]."""
+    found: list[tuple[int, int]] = []
+    for row in rows:
+        if found and row == found[-1][1] + 1:
+            found[-1] = (found[-1][0], row)
+        else:
+            found.append((row, row))
+    return found

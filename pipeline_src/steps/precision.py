@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FIDELITY_FILE = "fidelity.json"
+FAST_PRECISION = "fp16"  # the fast mode's graphs: decoder_step.fp16.onnx, ...
 
 
 @dataclass(frozen=True)

@@ -229,6 +229,7 @@ class CaptionWithLabelSettings(StepSettings):
             # why there is no caption ("" when there is one): a refusal in band, which python_backend before 25.05
             # can lose when it comes as an error from a decoupled model (pipeline_src.steps.captioner_bls)
             BlsTensor("CAPTION_ERROR", "TYPE_STRING", (1,)),
+            BlsTensor("CAPTION_MODE", "TYPE_STRING", (1,)),  # which mode made each caption: exact, or fast (...)
         ),
     )
     BLS_CALLS = (CAPTIONER_CALL,)
@@ -282,6 +283,14 @@ class CaptionerSettings(PrecisionSettings):
     # On a GPU instance: each step size of the table recorded once and replayed as a CUDA graph (same captions,
     # measured on an H100).
     gpu_cuda_graphs: bool = True
+    # exact (the default): the fp32 graphs, Hugging Face fp32 generate's captions. fast: the text decoder's graphs in
+    # fp16 (and the vision encoder's, where this step encodes the pixels itself), built by `make models
+    # BUILD_ARGS=--fast`, with a guard: a step whose choice leads the runner-up by less than fast_guard_margin is
+    # redone on the exact graphs. Every answer says which made it (CAPTION_MODE). fast_guard_margin < 0: the margin
+    # the build calibrated on its check photos (text_decoder/fidelity.json).
+    mode: str = "exact"
+    fast_guard_margin: float = -1.0
+    MODES: ClassVar[tuple[str, ...]] = ("exact", "fast")
     # The vision encoder's graph, relative to this step's version folder, which this step runs itself for a request
     # that sends CAPTIONER_PIXELS instead of IMAGE_EMBEDS (food11_pipeline_merged: one process for the image-to-caption
     # path, the embeddings never leaving its device), in the precision cpu_precision chooses for it (its int8 twin's
@@ -299,6 +308,7 @@ class CaptionerSettings(PrecisionSettings):
         _require(self.repetition_penalty > 0, "repetition_penalty must be positive")
         _require(self.max_prompt_tokens > 0, "max_prompt_tokens must be positive")
         _require(self.rows_in_flight > 0, "rows_in_flight must be positive")
+        _require(self.mode in self.MODES, f"mode must be one of {self.MODES}")
         _require(self.max_waiting_requests > 0, "max_waiting_requests must be positive")
         _require(self.waiting_timeout_microseconds > 0, "waiting_timeout_microseconds must be positive")
         _require(self.intra_op_threads >= 0, "intra_op_threads must be >= 0")

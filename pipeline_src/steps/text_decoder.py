@@ -33,7 +33,7 @@ DECODER_STEP_FILE = "decoder_step.onnx"
 IMAGE_EMBEDS = "image_embeds"  # the vision encoder's output, the cross-attention's input
 # The decoder step's layout, written into decoder.json by the build: graphs of another layout (an earlier
 # build's, whose step returned logits alone, or whose cache grew by a token per step) are rebuilt by `make models`.
-CACHE_LAYOUT = "row-slots-greedy"
+CACHE_LAYOUT = "row-slots-greedy-margin"
 MASKED = np.finfo(np.float32).min  # the bias of a slot a token may not look at (Hugging Face's eager mask)
 # The decoder step's inputs beside the caches, and the outputs that are the next step's inputs (in the same
 # order as the inputs they feed); the graph's other outputs are the logits and the present caches.
@@ -48,6 +48,7 @@ STEP_INPUTS = (
 )
 NEXT_OUTPUTS = ("next_ids", "next_position_ids", "next_attention_bias", "next_cache_positions", "next_seen")
 FED_BACK = dict(zip(NEXT_OUTPUTS, STEP_INPUTS))  # next_ids -> input_ids, ...
+MARGIN_OUTPUT = "next_margin"  # [b, 1] float: the chosen token's lead over the runner-up (the fast mode's guard)
 
 
 def cache_names(kind: str, layers: int) -> list[str]:
@@ -71,6 +72,7 @@ class DecoderState:
     # Greedy generation: the next step's inputs as the last step made them, where it made them (FED_BACK's names)
     fed_back: dict[str, ort.OrtValue] = field(default_factory=dict)
     binding: ort.IOBinding | None = None  # the last step's (what it bound is what crossed to the host)
+    live: Sequence[int] | None = None  # the rows still being written (None: all), set by the caller
 
     @property
     def slots(self) -> int:

@@ -212,3 +212,20 @@ def test_the_merged_ensemble_answers_as_the_separate_steps_do(triton, photos):
         (a.label, a.caption, a.caption_status) for a in separate
     ]
     assert all(answer.caption_status == "ok" or answer.caption for answer in merged)
+
+
+def test_every_answer_says_which_mode_made_its_caption(client, triton_grpc, photos):
+    """CAPTION_MODE: exact by default; with the captioner reloaded in the fast mode (its fp16 graphs, guarded),
+    fast (saying how often the guard stepped in); exact again once it is restored."""
+    original = triton_grpc.get_model_config("captioner", as_json=True)["config"]
+    assert client.caption([photos["apple.jpg"]])[0].extra["CAPTION_MODE"] == "exact"
+    fast = json.loads(json.dumps(original))
+    fast["parameters"]["mode"] = {"string_value": "fast"}
+    triton_grpc.load_model("captioner", config=json.dumps(fast))
+    try:
+        answers = client.caption([photos["apple.jpg"], photos["coffee.png"]])
+        assert [a.caption_status for a in answers] == ["ok", "ok"] and all(a.caption for a in answers)
+        assert all(a.extra["CAPTION_MODE"] == "fast" or a.extra["CAPTION_MODE"].startswith("fast, ") for a in answers)
+    finally:
+        triton_grpc.load_model("captioner", config=json.dumps(original))
+    assert client.caption([photos["apple.jpg"]])[0].extra["CAPTION_MODE"] == "exact"

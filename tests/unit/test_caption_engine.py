@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from pipeline_src.model_build.blip_fidelity import check_pixels
-from pipeline_src.steps.caption_engine import QUEUE_FULL, CaptionEngine, Job, QueuePolicy, Refused, runs
+from pipeline_src.steps.caption_engine import QUEUE_FULL, CaptionEngine, Job, QueuePolicy, Refused
 from pipeline_src.steps.captioning import GreedyCaptioner, table_sizes
-from pipeline_src.steps.fixed_buffers import FixedBufferDecoder
+from pipeline_src.steps.fixed_buffers import FixedBufferDecoder, runs
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.settings import CaptionerSettings
 
@@ -55,12 +55,14 @@ class Answers:
 
     def __init__(self):
         self.got: dict[str, tuple[list[str] | None, BaseException | None]] = {}
+        self.modes: dict[str, list[str] | None] = {}  # which mode made each caption (CAPTION_MODE)
         self.done = threading.Condition()
 
     def job(self, name: str, embeds, prompts, **fields) -> Job:
-        def answer(captions, error):
+        def answer(captions, error, modes):
             with self.done:
                 self.got[name] = (captions, error)
+                self.modes[name] = modes
                 self.done.notify_all()
 
         return Job(embeds, list(prompts), answer, **fields)
@@ -184,7 +186,7 @@ def test_a_failed_step_fails_what_it_held_and_the_loop_serves_on(graphs_dir, emb
     engine.iterate()
     real = captioner.decoder.step_rows
 
-    def broken(size):
+    def broken(size, guarded=()):
         monkeypatch.setattr(captioner.decoder, "step_rows", real)
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
@@ -265,3 +267,56 @@ def test_pixels_encoded_in_the_loop_give_the_captions_of_the_embeddings(graphs_d
     blind.submit(answers.job("blind", None, PROMPTS[:1], pixels=pixels[:1]))
     blind.iterate()
     assert "takes IMAGE_EMBEDS only" in str(answers.got["blind"][1])
+
+
+# --- the fast mode's guard ----------------------------------------------------------------------------------------
+
+
+def fast_table(graphs_dir, twin: str, margin: float, rows: int = 8) -> GreedyCaptioner:
+    """A table whose steps run on ``twin`` graphs (the int8 ones stand for a fast path that does choose otherwise:
+    the stand-in's fp16 twins agree with fp32 on every check token), guarded at ``margin``."""
+    from pipeline_src.steps.fixed_buffers import FastGraphs
+    from pipeline_src.steps.onnx_runtime import onnx_session
+    from pipeline_src.steps.precision import precision_file
+
+    fast = FastGraphs(
+        onnx_session(precision_file(graphs_dir / "cross_kv.onnx", twin), cpu_arena=False),
+        onnx_session(precision_file(graphs_dir / "decoder_step.onnx", twin)),
+        margin,
+    )
+    decoder = FixedBufferDecoder(
+        graphs_dir, max_prompt_tokens=16, max_new_tokens=NEW_TOKENS, batch_sizes=range(1, rows + 1), fast=fast
+    )
+    return GreedyCaptioner(decoder, GreedyCaptioner.load(graphs_dir).tokenizer, max_new_tokens=NEW_TOKENS)
+
+
+def caption_all(captioner: GreedyCaptioner, embeds, prompts) -> tuple[list[str], list[str]]:
+    engine = CaptionEngine(captioner, threaded=False)
+    answers = Answers()
+    for row, prompt in enumerate(prompts):
+        engine.submit(answers.job(f"r{row}", embeds[row : row + 1], [prompt]))
+    while engine.rows_in_use or engine.waiting:
+        engine.iterate()
+    names = [f"r{row}" for row in range(len(prompts))]
+    return [answers.got[name][0][0] for name in names], [answers.modes[name][0] for name in names]
+
+
+def test_the_guard_forced_on_every_step_gives_the_exact_captions_and_says_so(graphs_dir, embeds, alone):
+    """Guarding every step (an infinite margin) redoes each on the exact graphs: the exact captions, each answer
+    saying the fast mode made it with every step redone. Unguarded (margin 0), the fast graphs' own choices, which
+    here differ for some photos: the guard is what made the difference."""
+    prompts = [PROMPTS[row % len(PROMPTS)] for row in range(8)]
+    exact = [alone(row, prompt) for row, prompt in enumerate(prompts)]
+    guarded, modes = caption_all(fast_table(graphs_dir, "int8", float("inf")), embeds, prompts)
+    assert guarded == exact
+    assert all(
+        mode.startswith("fast, ") and mode.split(", ")[1].split(" of ")[0] == mode.split(" of ")[1].split()[0]
+        for mode in modes
+    ), modes  # "fast, N of N steps exact"
+    unguarded, modes = caption_all(fast_table(graphs_dir, "int8", 0.0), embeds, prompts)
+    assert unguarded != exact and modes == ["fast"] * len(prompts)
+
+
+def test_the_exact_mode_says_so(graphs_dir, embeds):
+    _, modes = caption_all(table(graphs_dir), embeds, PROMPTS[:3])
+    assert modes == ["exact"] * 3

@@ -8,7 +8,9 @@ import pytest
 from pipeline_src.contract import CAPTION, CAPTION_STATUS, QUEUE_REFUSALS, CaptionStatus
 from pipeline_src.steps.caption_with_label import (
     CAPTION_AFTER_PROMPT,
+    CAPTION_MODE,
     PROMPT,
+    Captioned,
     CaptionerFailed,
     CaptionWithLabel,
     Refused,
@@ -30,7 +32,8 @@ class FakeCaptioner:
 
     async def __call__(self, prompts):
         self.prompts.append(prompts)
-        return await self.answer(prompts)
+        captions = await self.answer(prompts)
+        return Captioned(captions, [b"exact"] * len(captions))
 
 
 async def captions_as_bytes(prompts):
@@ -68,7 +71,8 @@ def test_captions_come_back_with_their_prompt_and_ok_status():
     assert rows(outputs, PROMPT) == ["a photo of bread,"] * 2
     assert rows(outputs, CAPTION_AFTER_PROMPT) == ["caption 0", "caption 1"]
     assert outputs[CAPTION].shape == outputs[PROMPT].shape == outputs[CAPTION_AFTER_PROMPT].shape == (2, 1)
-    assert list(outputs) == [CAPTION, CAPTION_STATUS, PROMPT, CAPTION_AFTER_PROMPT]
+    assert rows(outputs, CAPTION_MODE) == ["exact"] * 2  # the captioner's: which mode made each caption
+    assert list(outputs) == [CAPTION, CAPTION_STATUS, PROMPT, CAPTION_AFTER_PROMPT, CAPTION_MODE]
 
 
 def test_low_confidence_captions_without_the_label_prompt():

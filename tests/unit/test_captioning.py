@@ -408,3 +408,14 @@ def test_the_warm_up_makes_every_sizes_bindings_before_serving(graphs_dir, capti
     decoder.records = True  # as on a GPU with gpu_cuda_graphs (the CPU ignores the run's graph id)
     GreedyCaptioner(decoder, captioner.tokenizer, max_new_tokens=4).warm_up()
     assert sorted(decoder.bindings) == [(size, parity) for size in (1, 2, 4) for parity in (0, 1)]
+
+
+def test_the_build_wrote_the_fast_modes_fidelity_and_its_guard(graphs_dir):
+    """`--fast`: fp16 twins, the guard's margin calibrated on the check photos, its teacher-forced agreement without
+    the guard and the captions with it, for food11_pipeline and for food11_pipeline_merged."""
+    fast = json.loads((graphs_dir / "fidelity.json").read_text())["options"]["fp16"]
+    assert 0.0 < fast["teacher_forced_top1"] <= 1.0 and fast["teacher_forced_tokens"] == 160
+    assert fast["guard_margin"] > 0 and 0 <= fast["guard_redone_steps"] <= fast["guard_steps"]
+    assert fast["captions"] == fast["merged"]["captions"] == 8 and fast["captions_identical"] <= 8
+    for name in ("cross_kv.fp16.onnx", "decoder_step.fp16.onnx"):
+        assert (graphs_dir / name).is_file()

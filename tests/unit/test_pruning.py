@@ -6,7 +6,7 @@ from pipeline_src import PROJECT_ROOT
 from pipeline_src.ensemble_pruning import Step, produced, pruned_steps, starved_calls
 from pipeline_src.repository.loading import parse_config
 
-CORE = ["LABEL", "PROBABILITY", "CAPTION", "CAPTION_STATUS", "MODELS"]
+CORE = ["LABEL", "PROBABILITY", "CAPTION", "CAPTION_STATUS", "MODELS", "CAPTION_MODE"]  # the pipelines' outputs
 
 
 def steps_of(ensemble: str, repository: Path = PROJECT_ROOT / "model_repository") -> list[Step]:

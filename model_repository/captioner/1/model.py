@@ -16,7 +16,7 @@ from pipeline_src.steps.step_metrics import StepLoadGauges, StepPhaseMetrics
 from pipeline_src.steps.triton_step import StepContext, input_array, optional_array
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-CAPTION, ERROR = "CAPTION", "CAPTION_ERROR"
+CAPTION, ERROR, MODE = "CAPTION", "CAPTION_ERROR", "CAPTION_MODE"
 
 
 class TritonPythonModel:
@@ -96,13 +96,13 @@ class TritonPythonModel:
         """How one request is answered: its captions, or why not (an error response, or for a caller that asks for
         CAPTION_ERROR, that output beside empty captions)."""
 
-        def answer(captions, error):
+        def answer(captions, error, modes):
             if error is None:
-                response = self._response(captions, [""] * rows if in_band else None)
+                response = self._response(captions, [""] * rows if in_band else None, modes)
             else:
                 message = str(error) if isinstance(error, Refused) else f"internal error: {error}"
                 if in_band:
-                    response = self._response([""] * rows, [f"{self.step.name}: {message}"] * rows)
+                    response = self._response([""] * rows, [f"{self.step.name}: {message}"] * rows, [""] * rows)
                 else:
                     response = self.step.error(
                         message, getattr(pb_utils.TritonError, getattr(error, "code", "INTERNAL"))
@@ -112,8 +112,8 @@ class TritonPythonModel:
         return answer
 
     @staticmethod
-    def _response(captions, errors):
-        tensors = [pb_utils.Tensor(CAPTION, bytes_rows(captions))]
+    def _response(captions, errors, modes):
+        tensors = [pb_utils.Tensor(CAPTION, bytes_rows(captions)), pb_utils.Tensor(MODE, bytes_rows(modes))]
         if errors is not None:
             tensors.append(pb_utils.Tensor(ERROR, bytes_rows(errors)))
         return pb_utils.InferenceResponse(output_tensors=tensors)
