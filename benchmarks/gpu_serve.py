@@ -57,7 +57,7 @@ from benchmarks.gpu_serve_report import (
     reference_prompt,
     targets,
 )
-from benchmarks.lib import mps
+from benchmarks.lib import carried_reference, mps
 from benchmarks.lib.in_process import InProcessPipeline, step_settings
 from benchmarks.lib.photos import FRUIT_PHOTOS, TEST_PHOTOS, varied_photos
 from benchmarks.lib.results import (
@@ -138,6 +138,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         default=bool(os.environ.get(ALLOW_CPU)),
         help=f"run without a GPU (its figures are then the CPU's, and say so); also {ALLOW_CPU}=1",
+    )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        help="Hugging Face fp32 captions made ahead (--write-reference) and carried: those whose key matches are not "
+        "recomputed here",
+    )
+    parser.add_argument(
+        "--write-reference",
+        type=Path,
+        metavar="FILE",
+        help="only write Hugging Face fp32's caption of each photo with every prompt to FILE, for --reference on "
+        "another machine (no server, no GPU needed)",
     )
     parser.add_argument(
         "--mps",
@@ -289,12 +302,57 @@ def hugging_face_reference(pipeline: InProcessPipeline, pixels, prompts: list[tu
     return json.loads(answer.read_text())
 
 
+def reference_keys(pipeline: InProcessPipeline, pixels: np.ndarray, asked: list[tuple[int, str]]) -> list[str]:
+    """Each (photo, prompt)'s key among carried captions (benchmarks/lib/carried_reference.py)."""
+    settings = pipeline.captioner_settings
+    weights = carried_reference.weights_sha256(pipeline.repository / "captioner" / "1" / settings.model_dir)
+    return [
+        carried_reference.caption_key(
+            weights, pixels[photo], prompt, settings.max_new_tokens, settings.repetition_penalty
+        )
+        for photo, prompt in asked
+    ]
+
+
+def reference_captions(
+    pipeline: InProcessPipeline, pixels: np.ndarray, asked: list[tuple[int, str]], carried: dict[str, str]
+) -> tuple[dict[tuple[int, str], str], dict]:
+    """Hugging Face fp32's caption of each (photo, prompt): the carried one where its key is there, the others
+    computed here (hf_reference.py); and where they came from."""
+    keys = reference_keys(pipeline, pixels, asked)
+    captions = {pair: carried[key] for pair, key in zip(asked, keys) if key in carried}
+    missing = [pair for pair in asked if pair not in captions]
+    where: dict = {"carried": len(captions), "computed_here": len(missing)}
+    if missing:
+        reference = hugging_face_reference(pipeline, pixels, missing)
+        captions.update(zip(missing, reference["captions"]))
+        where |= {"python": reference["python"], "versions": reference["versions"]}
+    return captions, where
+
+
+def write_reference(repository: Path, photos: list[bytes], path: Path) -> None:
+    """Hugging Face fp32's caption of each photo with every prompt the BLS step can send (each label's, and none),
+    here, to be carried to a GPU box (``--reference``)."""
+    from pipeline_src.steps.classification import build_prompt
+    from pipeline_src.steps.labels import FOOD11_CLASSES
+
+    pipeline = InProcessPipeline(repository)
+    _, pixels = pipeline.preprocess(photos)
+    template = pipeline.labelling.prompt_template
+    prompts = ["", *(build_prompt(template, label) for label in FOOD11_CLASSES)]
+    asked = [(photo, prompt) for photo in range(len(photos)) for prompt in prompts]
+    reference = hugging_face_reference(pipeline, pixels, asked)
+    provenance = collect_provenance()
+    made = {"commit": provenance.commit, "python": reference["python"], **reference["versions"]}
+    carried_reference.write(path, dict(zip(reference_keys(pipeline, pixels, asked), reference["captions"])), made)
+
+
 def compare_with_hugging_face(
-    repository: Path, photos: list[bytes], served: dict[str, list[CaptionResult]]
+    repository: Path, photos: list[bytes], served: dict[str, list[CaptionResult]], carried: dict[str, str] | None = None
 ) -> tuple[dict, dict]:
-    """Each served caption against Hugging Face fp32 generate on the CPU (in its own process), on the pixels the
-    preprocess step's own code makes and the prompt the BLS step built from the served label; each served label
-    against the classifier run here (ONNX Runtime on the CPU). Also where the reference ran."""
+    """Each served caption against Hugging Face fp32 generate on the CPU (carried, or in a process of its own), on the
+    pixels the preprocess step's own code makes and the prompt the BLS step built from the served label; each served
+    label against the classifier run here (ONNX Runtime on the CPU). Also where the reference came from."""
     pipeline = InProcessPipeline(repository)  # its preprocess, classifier and prompts; BLIP is never loaded here
     classifier_pixels, captioner_pixels = pipeline.preprocess(photos)  # the preprocess step's own code
     predictions, _ = pipeline.prompts(pipeline.classifier(classifier_pixels))
@@ -302,8 +360,7 @@ def compare_with_hugging_face(
     prompts = {how: [reference_prompt(answer, template) for answer in answers] for how, answers in served.items()}
     # each (photo, prompt) asked once: both ways usually share prompts; None: no caption was served to compare
     asked = sorted({(photo, p) for rows in prompts.values() for photo, p in enumerate(rows) if p is not None})
-    reference = hugging_face_reference(pipeline, captioner_pixels, asked)
-    captions = dict(zip(asked, reference["captions"]))
+    captions, where = reference_captions(pipeline, captioner_pixels, asked, carried or {})
     comparisons = {
         how: compare_captions(
             served[how],
@@ -312,7 +369,7 @@ def compare_with_hugging_face(
         )
         for how, rows in prompts.items()
     }
-    return comparisons, {"python": reference["python"], "versions": reference["versions"]}
+    return comparisons, where
 
 
 def _answer(answer: CaptionResult) -> dict:
@@ -385,7 +442,10 @@ def serve_and_measure(run: Run, repository: Path, photos: list[bytes], args) -> 
             run.result["served"] = {how: [_answer(a) for a in answers] for how, answers in served.items()}
         if served:
             with run.stage("Hugging Face fp32 reference"):
-                run.result["captions"], run.result["reference"] = compare_with_hugging_face(repository, photos, served)
+                carried = carried_reference.load(args.reference)
+                run.result["captions"], run.result["reference"] = compare_with_hugging_face(
+                    repository, photos, served, carried
+                )
         off_gpu = [step for step in GPU_STEPS if not run.result["placement"][step]["on_gpu"]]
         if off_gpu and not args.allow_cpu:
             run.fail("perf_analyzer", f"not run: {', '.join(off_gpu)} not on the GPU (the figures would be the CPU's)")
@@ -425,9 +485,14 @@ def stop_by(deadline_s: float | None) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    has_gpu = require_gpu(args.allow_cpu)
     repository = args.repository.resolve()
     SCRATCH.mkdir(parents=True, exist_ok=True)
+    if args.write_reference:
+        photos = varied_photos(args.photos)
+        write_reference(repository, photos, args.write_reference)
+        print(f"gpu_serve: {args.write_reference}: Hugging Face fp32's captions of {len(photos)} photos, every prompt")
+        return
+    has_gpu = require_gpu(args.allow_cpu)
     run = Run(args.name, collect_provenance(), SCRATCH / "tritonserver.log")
     run.result["repository"] = portable_path(repository)
     stop_by(args.deadline_s)

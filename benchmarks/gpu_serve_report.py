@@ -279,11 +279,16 @@ def _placement_section(steps: Mapping[str, Mapping]) -> str:
     return markdown_table("Where each step runs", [summary], columns, rows, level=2)
 
 
-def _captions_section(captions: Mapping[str, Mapping], photos: int) -> str:
+def _captions_section(captions: Mapping[str, Mapping], photos: int, reference: Mapping = {}) -> str:
+    carried = (
+        f" ({reference['carried']} carried, made ahead on another machine; {reference['computed_here']} computed here)"
+        if reference.get("carried")
+        else ""
+    )
     paragraphs = [
         f"{photos} photos sent through the ensemble; the reference: Hugging Face `BlipForConditionalGeneration` "
-        "fp32 `generate` on the CPU, on the pixels the preprocess step makes and the prompt the BLS step builds "
-        "from each served label, with the captioner's max_new_tokens and repetition penalty. Identical to it: "
+        f"fp32 `generate` on the CPU{carried}, on the pixels the preprocess step makes and the prompt the BLS step "
+        "builds from each served label, with the captioner's max_new_tokens and repetition penalty. Identical to it: "
         + "; ".join(f"{check['identical']} of {check['total']} {how}" for how, check in captions.items())
         + "."
     ]
@@ -337,7 +342,7 @@ def markdown(result: Mapping) -> str:
                 )
             )
     if result.get("captions"):
-        parts.append(_captions_section(result["captions"], result.get("photos", 0)))
+        parts.append(_captions_section(result["captions"], result.get("photos", 0), result.get("reference", {})))
     for stage, error in result.get("errors", {}).items():
         parts.append(f"## Stage '{stage}' failed\n\n```\n{error.strip()}\n```\n")
     return "\n".join(parts)

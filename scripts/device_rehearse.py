@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from device_stage import PARTS_ON_DEVICE, STAGE_DIR, device_calls
+from device_calls import PARTS_ON_DEVICE, device_calls
+from device_stage import STAGE_DIR
 
 from benchmarks.lib.results import collect_provenance
 from pipeline_src import PROJECT_ROOT
@@ -41,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     if not parts:
         raise SystemExit("device_rehearse: no parts: run scripts/device_stage.py first")
     provenance = collect_provenance()
-    calls = device_calls(len(parts), provenance.commit, not provenance.clean)
+    staged = STAGE_DIR / "files"
+    baseline = next((path.name.removesuffix(".tar.xz") for path in (staged / "baseline").glob("*.tar.xz")), None)
+    reference = (staged / "reference" / "reference.json").is_file()
+    calls = device_calls(len(parts), provenance.commit, not provenance.clean, baseline, reference)
     for folder in (*DEVICE_SCRATCH, str(args.out)):
         shutil.rmtree(folder, ignore_errors=True)
     image_bin = str(args.image_python.parent)

@@ -45,14 +45,16 @@ from benchmarks.lib.results import collect_provenance
 from benchmarks.profiling import perf_analyzer
 from pipeline_src import PROJECT_ROOT
 
+try:  # run as a script, scripts/ is on the path; imported by the tests, this is scripts.device_stage
+    from device_calls import ARRIVED, device_calls
+except ModuleNotFoundError:
+    from scripts.device_calls import ARRIVED, device_calls
+
 STAGE_DIR = PROJECT_ROOT / ".device"
 SUMS = "SHA256SUMS"  # sha256sum -c's format: "<sha256>  <group>/<file>"
-ARRIVED = "arrived"  # each part carries arrived/partN: the calls list what reached the machine so far
-PARTS_ON_DEVICE = "/tmp/device_parts"
 CALL_BYTES = 64 * 2**20  # what one device call carries: the working tree and the carried part
 MAX_PART_BYTES = 60 * 2**20
 MARGIN_BYTES = 2**20  # for the tree growing a little before the calls are made
-MAX_COMMAND = 2000  # characters in a device call's command
 
 PYTHON_VERSION = "3.12"  # the device image's
 PLATFORMS = (
@@ -298,47 +300,6 @@ def part_limit(tree_bytes: int) -> int:
 # --- the calls ------------------------------------------------------------------------------------------------
 
 
-RUN_DEADLINE_S = 450  # the runner stops itself by then, saving what it has: well inside the call's 600 s
-
-
-def device_calls(parts: int, commit: str, dirty: bool) -> list[dict]:
-    """The device tool's ``run`` calls, in order. One per part, each saying which parts have arrived and on
-    which machine (a cold machine between calls loses them); the first also checks the machine
-    (scripts/device_preflight.py, stopping there on what is missing); the last joins and installs them, runs
-    the CUDA smoke test and builds the model files with the image's own Python. Then the runner, its figures to
-    $OUT. Every log lands in $OUT as it is written."""
-    parts_dir = PARTS_ON_DEVICE
-    join_sh = f"bash scripts/device_join.sh {parts_dir}"
-    arrived = (
-        f'echo "arrived: $(ls {parts_dir}/{ARRIVED} | tr "\\n" " ")on machine $(cat /proc/sys/kernel/random/boot_id)"'
-    )
-    calls: list[dict] = []
-    for number in range(1, parts + 1):
-        steps = [
-            "set -o pipefail",
-            f"mkdir -p {parts_dir}",
-            f"cp -r {STAGE_DIR.name}/part{number}/. {parts_dir}/",
-            arrived,
-        ]
-        if number == 1:
-            steps.append("python3 scripts/device_preflight.py | tee $OUT/preflight.log")
-        if number == parts:
-            then = (
-                "python scripts/device_cuda_smoke.py 2>&1 | tee $OUT/cuda_smoke.log; "
-                'PYTHONPATH=/tmp/buildsite:$PWD "$IMAGE_PYTHON" scripts/build_models.py 2>&1 | tee $OUT/build.log'
-            )
-            steps.append(f"PYTHONUNBUFFERED=1 {join_sh} bash -o pipefail -c '{then}'")
-        calls.append({"carry": [f"{STAGE_DIR.name}/part{number}"], "command": " && ".join(steps)})
-    runner = f"python -m benchmarks.gpu_serve --deadline-s {RUN_DEADLINE_S}" + (" --allow-dirty" if dirty else "")
-    told = commit + ("+dirty" if dirty else "")
-    calls.append({"carry": [], "command": f"FOOD11_COMMIT={told} PYTHONUNBUFFERED=1 {join_sh} {runner}"})
-    for call in calls:
-        call["timeout_s"] = 600
-        if len(call["command"]) > MAX_COMMAND:
-            raise ValueError(f"a device command over {MAX_COMMAND} characters: {call['command']}")
-    return calls
-
-
 def require_ignored(folder: Path = STAGE_DIR) -> None:
     """The staged files must not travel with every call's working tree (no call could carry them all)."""
     done = subprocess.run(["git", "check-ignore", "-q", f"{folder.name}/"], cwd=folder.parent)
@@ -346,12 +307,42 @@ def require_ignored(folder: Path = STAGE_DIR) -> None:
         raise SystemExit(f"device_stage: git does not ignore {folder.name}/: echo /{folder.name}/ >> .git/info/exclude")
 
 
+def stage_baseline(commit: str, files_dir: Path) -> None:
+    """The baseline commit's tracked tree (``git archive``, xz): the route builds and measures it there too."""
+    target = files_dir / "baseline" / f"{commit}.tar.xz"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tree = subprocess.run(["git", "archive", "--format=tar", commit], cwd=PROJECT_ROOT, capture_output=True, check=True)
+    target.write_bytes(subprocess.run(["xz", "-9"], input=tree.stdout, capture_output=True, check=True).stdout)
+
+
+def stage_reference(download_dir: Path, files_dir: Path, commit: str) -> bool:
+    """Hugging Face fp32's captions of the runner's photos with every prompt, made here for the built repository
+    (``make models``), kept per commit: the route carries them rather than making them on the GPU box. False
+    (nothing staged) where the repository is not built here."""
+    repository = PROJECT_ROOT / "model_repository"
+    if not (repository / "captioner" / "1" / "blip").is_dir():
+        print("device_stage: no built model_repository here (make models): the route makes the reference there")
+        return False
+    cached = download_dir / "reference" / f"{commit}.json"
+    if not cached.exists():
+        command = [sys.executable, "-m", "benchmarks.gpu_serve", "--write-reference", str(cached), "--allow-dirty"]
+        subprocess.run(command, cwd=PROJECT_ROOT, check=True)
+    (files_dir / "reference").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(cached, files_dir / "reference" / "reference.json")
+    return True
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args(argv)
+    parser.add_argument("--baseline", metavar="COMMIT", help="stage this commit's tree for the route's baseline round")
+    args = parser.parse_args(argv)
     require_ignored()
+    provenance = collect_provenance()
     files_dir = STAGE_DIR / "files"
     gather(STAGE_DIR / "download", STAGE_DIR / "repacked", files_dir)
+    if args.baseline:
+        stage_baseline(args.baseline, files_dir)
+    reference = stage_reference(STAGE_DIR / "download", files_dir, provenance.commit)
     sums = write_sums(files_dir)
     tree = working_tree_bytes()
     limit = part_limit(tree)
@@ -371,14 +362,14 @@ def main(argv=None) -> None:
     for folder in folders:
         size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
         print(f"  {folder.relative_to(PROJECT_ROOT)}: {size / 2**20:.1f} MiB")
-    provenance = collect_provenance()
-    calls = device_calls(len(folders), provenance.commit, not provenance.clean)
+    calls = device_calls(len(folders), provenance.commit, not provenance.clean, args.baseline, reference)
     print(
         "\nThe device calls, back to back (a machine idle for 30 s is given back with what the calls left in /tmp; a "
         "reply with warm: false after the first means starting again from call 1):"
     )
     for number, call in enumerate(calls, start=1):
-        print(f"{number}. run(carry={call['carry']}, timeout_s={call['timeout_s']}, command={call['command']!r})")
+        print(f"{number}. {call['what']}")
+        print(f"   run(carry={call['carry']}, timeout_s={call['timeout_s']}, command={call['command']!r})")
 
 
 if __name__ == "__main__":

@@ -3,13 +3,14 @@ the calibration of its guard on the build's check photos. The cross-attention ke
 graphs in fp16 (their own buffers: read at every step, half the bytes); every other input and output stays fp32, so
 that the fast step reads and writes the same buffers as the exact one, which the guard hands a row to.
 
-The guard redoes a decoder step on the exact graphs where the fast choice led its runner-up by less than a margin.
+The guard redoes a decoder step on the exact graphs where the fast choice led its runner-up by no more than a margin.
 The margin is calibrated teacher-forced, on the reference's own tokens: every position where the fast graphs'
-choice differs from Hugging Face fp32's, the fast lead there; the guard's margin is twice the largest of those
-(a fast choice that close is not trusted), or, where none differed, the smallest lead seen (only closer calls than
-any in the check set are redone). Then the fidelity, written beside the graphs: teacher-forced top-1 agreement
-without the guard, and the captions with it (those of food11_pipeline: the vision encoder's step stays exact; and
-those of food11_pipeline_merged, whose captioner encodes the pixels in fp16 too), with how many steps it redid.
+choice differs from Hugging Face fp32's, the fast lead there; the guard's margin is twice the largest of those, and
+at least twice fp16's resolution at the size of the logits seen (fp16 rounds close scores to a tie, and a tie is
+never trusted): a step whose lead is at most that is redone. Then the fidelity, written beside the graphs:
+teacher-forced top-1 agreement without the guard, and the captions with it (those of food11_pipeline: the vision
+encoder's step stays exact; and those of food11_pipeline_merged, whose captioner encodes the pixels in fp16 too),
+with how many steps it redid.
 """
 
 from __future__ import annotations
@@ -51,12 +52,13 @@ def calibrate(reference: Reference, fast: TextDecoder, embeds: np.ndarray, max_n
     """Teacher-forced on the reference's tokens: how often the fast graphs choose as Hugging Face fp32 did, and the
     guard's margin."""
     agree = total = 0
-    wrong_leads, all_leads = [], []
+    wrong_leads: list[float] = []
+    resolution = 0.0  # fp16's spacing at the largest score seen
     for row, (ids, tokens) in enumerate(zip(reference.prompt_ids, reference.tokens)):
         logits, state = fast.prefill(embeds[row : row + 1], [ids], max_new_tokens)
         for position, token in enumerate(tokens):
             choice, lead = leads(logits[0])
-            all_leads.append(lead)
+            resolution = max(resolution, float(np.spacing(np.float16(np.abs(logits[0]).max()))))
             total += 1
             if choice == token:
                 agree += 1
@@ -64,7 +66,7 @@ def calibrate(reference: Reference, fast: TextDecoder, embeds: np.ndarray, max_n
                 wrong_leads.append(lead)
             if position + 1 < len(tokens):
                 logits = fast.advance(state, np.array([token]))
-    margin = GUARD_SAFETY * max(wrong_leads) if wrong_leads else min(all_leads)
+    margin = GUARD_SAFETY * max([*wrong_leads, resolution])
     return {
         "teacher_forced_top1": agree / total,
         "teacher_forced_tokens": total,

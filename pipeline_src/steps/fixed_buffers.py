@@ -69,7 +69,7 @@ class Buffers:
 @dataclass
 class FastGraphs:
     """The fast mode: the cross-attention and decoder step graphs in fp16, and the guard: a row whose choice leads the
-    runner-up by less than ``guard_margin`` has that step redone on the exact graphs. The fast cross-attention keys
+    runner-up by no more than ``guard_margin`` has that step redone on the exact graphs. The fast cross-attention keys
     and values are fp16 buffers of their own; everything else the step reads and writes is the exact graphs' fp32
     (the caches, the fed-back inputs), so that the exact step can take a row over at any step. The first time the
     guard redoes a row's step, the row's exact keys and values are computed from its image embeddings (kept until it
@@ -329,12 +329,12 @@ class FixedBufferDecoder(TextDecoder):
                 self.exact_cross.add(row)
 
     def _close_calls(self, binding: ort.IOBinding, guarded: Sequence[int]) -> list[int]:
-        """In the fast mode, the ``guarded`` rows (of the binding's) whose choice led the runner-up by less than the
+        """In the fast mode, the ``guarded`` rows (of the binding's) whose choice led the runner-up by no more than the
         guard's margin; counted in ``guard_counts``."""
         if self.fast is None or not guarded:
             return []
         margins = binding.get_outputs()[STEP_OUTPUT_INDEX[MARGIN_OUTPUT]].numpy()[:, 0]
-        low = [row for row in guarded if not margins[row] >= self.fast.guard_margin]  # a NaN is redone too
+        low = [row for row in guarded if not margins[row] > self.fast.guard_margin]  # a tie, a NaN: redone too
         self.guard_counts[0] += len(low)
         self.guard_counts[1] += len(guarded)
         return low

@@ -285,7 +285,7 @@ class CaptionerSettings(PrecisionSettings):
     gpu_cuda_graphs: bool = True
     # exact (the default): the fp32 graphs, Hugging Face fp32 generate's captions. fast: the text decoder's graphs in
     # fp16 (and the vision encoder's, where this step encodes the pixels itself), built by `make models
-    # BUILD_ARGS=--fast`, with a guard: a step whose choice leads the runner-up by less than fast_guard_margin is
+    # BUILD_ARGS=--fast`, with a guard: a step whose choice leads the runner-up by no more than fast_guard_margin is
     # redone on the exact graphs. Every answer says which made it (CAPTION_MODE). fast_guard_margin < 0: the margin
     # the build calibrated on its check photos (text_decoder/fidelity.json).
     mode: str = "exact"

@@ -104,3 +104,25 @@ def test_a_run_stopped_mid_sweep_keeps_the_captions_check_and_tritons_log(model_
     assert [(check["identical"], check["total"]) for check in result["captions"].values()] == [(2, 2), (2, 2)]
     assert len(result.get("perf_analyzer", [])) < 4  # the sweep did not finish
     assert "TRITONBACKEND_ModelInstanceInitialize" in (out / "stopped_tritonserver.log").read_text()
+
+
+def test_carried_reference_captions_are_used_where_their_keys_match_and_computed_where_not(
+    model_repository, client, photos, tmp_path, monkeypatch
+):
+    """Captions written ahead (--write-reference) stand in for the reference where everything that makes a caption
+    matches (no reference process runs); with other weights, their keys match nothing and the reference is made."""
+    from benchmarks.lib import carried_reference
+
+    chosen = [photos[name] for name in ("apple.jpg", "coffee.png")]
+    served = {"in one request": client.caption(chosen)}
+    monkeypatch.setattr(gpu_serve, "SCRATCH", tmp_path / "scratch")
+    gpu_serve.write_reference(model_repository, chosen, tmp_path / "reference.json")
+    carried = carried_reference.load(tmp_path / "reference.json")
+    assert len(carried) == 2 * 12  # each photo with every label's prompt and none
+    monkeypatch.setenv(gpu_serve.REFERENCE_PYTHON, str(wrapper(tmp_path, "exit 3")))  # a reference run would fail
+    comparisons, where = gpu_serve.compare_with_hugging_face(model_repository, chosen, served, carried)
+    assert where == {"carried": 2, "computed_here": 0} and not (tmp_path / "started").exists()
+    assert comparisons["in one request"]["identical"] == 2
+    other_weights = {key[::-1]: caption for key, caption in carried.items()}
+    with pytest.raises(RuntimeError, match="exited 3"):
+        gpu_serve.compare_with_hugging_face(model_repository, chosen, served, other_weights)

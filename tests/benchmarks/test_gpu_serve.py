@@ -28,7 +28,7 @@ from benchmarks.gpu_serve_report import (
 from benchmarks.lib.triton_stats import phase_figures
 from food11_client import CaptionResult
 from pipeline_src import PROJECT_ROOT
-from scripts import device_preflight, device_stage
+from scripts import device_calls, device_preflight, device_stage
 
 JOIN_SH = PROJECT_ROOT / "scripts" / "device_join.sh"
 
@@ -248,7 +248,7 @@ def test_device_join_sh_joins_the_parts_checks_every_sha256_and_refuses_a_damage
     assert done.returncode == 0, done.stderr
     for name, sha in sums.items():
         assert hashlib.sha256((tmp_path / "files_there" / name).read_bytes()).hexdigest() == sha
-    assert sorted(path.name for path in (device / device_stage.ARRIVED).iterdir()) == [
+    assert sorted(path.name for path in (device / device_calls.ARRIVED).iterdir()) == [
         "part1",
         "part2",
         "part3",
@@ -308,20 +308,37 @@ def test_the_trims_keep_the_stub_of_the_device_python_and_the_files_the_run_read
     assert not cudart.keeps("nvidia/cuda_runtime/lib/libcudart_static.a")
 
 
-def test_the_device_calls_fit_a_command_each_check_first_build_with_the_last_part_and_name_the_commit():
-    clean = device_stage.device_calls(5, "abc1234", dirty=False)
-    assert len(clean) == 6
-    assert all(len(call["command"]) <= device_stage.MAX_COMMAND for call in clean)
+def test_the_device_calls_fit_a_command_each_check_first_build_with_the_last_part_then_measure_in_order():
+    clean = device_calls.device_calls(5, "abc1234", dirty=False, baseline="25876f9", reference=True)
+    assert len(clean) == 5 + 3
+    assert all(len(call["command"]) <= device_calls.MAX_COMMAND for call in clean)
     assert [call["carry"] for call in clean[:5]] == [[f".device/part{n}"] for n in range(1, 6)]
     assert all("/proc/sys/kernel/random/boot_id" in call["command"] for call in clean[:5])  # the same machine?
     assert "device_preflight.py" in clean[0]["command"]
     assert "device_join.sh" not in clean[3]["command"]
     assert all(name in clean[4]["command"] for name in ("device_join.sh", "device_cuda_smoke.py", "build_models.py"))
-    runner = clean[5]["command"]
-    assert runner.startswith("FOOD11_COMMIT=abc1234 ") and "--allow-dirty" not in runner
-    assert f"--deadline-s {device_stage.RUN_DEADLINE_S}" in runner and device_stage.RUN_DEADLINE_S < 600
-    dirty = device_stage.device_calls(5, "abc1234", dirty=True)[-1]["command"]
-    assert "FOOD11_COMMIT=abc1234+dirty " in dirty and dirty.endswith("--allow-dirty")
+    assert "build_models.py --fast" in clean[4]["command"]  # the fast mode's fp16 twins, for its round
+    exact, fast, baseline = (call["command"] for call in clean[5:])
+    assert exact.startswith("FOOD11_COMMIT=abc1234 ") and "--allow-dirty" not in exact
+    assert "--ensembles food11_pipeline food11_pipeline_merged" in exact and "--reference /tmp/device_files/" in exact
+    assert f"--deadline-s {device_calls.ROUND_DEADLINE_S}" in exact and device_calls.ROUND_DEADLINE_S < 600
+    assert "set_parameter.py /tmp/fast/model_repository captioner mode fast" in fast and "gpu_serve_fast" in fast
+    assert "baseline/25876f9.tar.xz" in baseline and "FOOD11_COMMIT=25876f9 " in baseline
+    dirty = device_calls.device_calls(5, "abc1234", dirty=True)
+    assert len(dirty) == 5 + 2  # no baseline staged
+    assert "FOOD11_COMMIT=abc1234+dirty " in dirty[5]["command"] and "--allow-dirty" in dirty[5]["command"]
+
+
+def test_set_parameter_changes_one_setting_in_a_copy_and_leaves_the_linked_original(tmp_path, model_repository):
+    from scripts import set_parameter
+
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-al", str(model_repository), str(copy)], check=True)
+    set_parameter.set_parameter(copy, "captioner", "mode", "fast")
+    assert 'key: "mode"\n  value: { string_value: "fast" }' in (copy / "captioner" / "config.pbtxt").read_text()
+    assert 'string_value: "exact"' in (model_repository / "captioner" / "config.pbtxt").read_text()
+    with pytest.raises(SystemExit, match="0 parameters 'moed'"):
+        set_parameter.set_parameter(copy, "captioner", "moed", "fast")
 
 
 def test_what_is_staged_is_pinned_as_the_project_pins_it():
