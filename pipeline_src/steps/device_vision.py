@@ -54,3 +54,26 @@ class DeviceVisionEncoder:
 
     def warm_up(self) -> None:
         self(np.zeros((1, *self.input.shape[1:]), np.uint8))
+
+
+class LazyDeviceVision:
+    """A ``DeviceVisionEncoder`` loaded at the first pixels it is handed: its memory (the vision encoder a second
+    time, 350 MB with BLIP base) is paid only where food11_pipeline_merged is called, and the first such request
+    pays its load. Its file is checked at once."""
+
+    def __init__(self, settings: CaptionerSettings, version_dir: Path, device: tuple[str, int], on_gpu: bool = False):
+        graph = (version_dir / settings.vision_encoder_graph).resolve()
+        if not graph.is_file():
+            raise FileNotFoundError(
+                f"vision_encoder_graph {settings.vision_encoder_graph!r}: {graph} is missing (`make models` builds it; "
+                '"" takes IMAGE_EMBEDS only)'
+            )
+        self.path = graph
+        self._load = lambda: DeviceVisionEncoder.from_settings(settings, version_dir, device, on_gpu)
+        self.encoder: DeviceVisionEncoder | None = None
+
+    def __call__(self, pixels: np.ndarray) -> ort.OrtValue:
+        if self.encoder is None:
+            self.encoder = self._load()
+            assert self.encoder is not None  # the setting is not empty
+        return self.encoder(pixels)

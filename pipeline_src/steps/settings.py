@@ -294,7 +294,7 @@ class CaptionerSettings(PrecisionSettings):
     # The vision encoder's graph, relative to this step's version folder, which this step runs itself for a request
     # that sends CAPTIONER_PIXELS instead of IMAGE_EMBEDS (food11_pipeline_merged: one process for the image-to-caption
     # path, the embeddings never leaving its device), in the precision cpu_precision chooses for it (its int8 twin's
-    # fidelity beside it). "": such requests are refused, and no second copy of the graph is loaded.
+    # fidelity beside it), loaded at the first such request. "": such requests are refused.
     vision_encoder_graph: str = "../../vision_encoder/1/model.onnx"
 
     DIRECTORY_FIELDS: ClassVar[Mapping[str, tuple[str, ...]]] = {

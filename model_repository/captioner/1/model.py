@@ -10,7 +10,7 @@ import triton_python_backend_utils as pb_utils
 from pipeline_src.steps.batching import bytes_rows
 from pipeline_src.steps.caption_engine import CaptionEngine, Job, QueuePolicy, Refused
 from pipeline_src.steps.captioning import CAPTIONER_PHASES, GreedyCaptioner, standin_info
-from pipeline_src.steps.device_vision import DeviceVisionEncoder
+from pipeline_src.steps.device_vision import LazyDeviceVision
 from pipeline_src.steps.settings import CaptionerSettings
 from pipeline_src.steps.step_metrics import StepLoadGauges, StepPhaseMetrics
 from pipeline_src.steps.triton_step import StepContext, input_array, optional_array
@@ -43,20 +43,18 @@ class TritonPythonModel:
             f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), providers "
             f"{self.captioner.decoder.providers}, {settings.rows_in_flight} rows in flight"
         )
-        self.vision = DeviceVisionEncoder.from_settings(
-            settings, self.step.version_dir, self.captioner.decoder.device, self.step.on_gpu
+        self.vision = (
+            LazyDeviceVision(settings, self.step.version_dir, self.captioner.decoder.device, self.step.on_gpu)
+            if settings.vision_encoder_graph
+            else None
         )
         if self.vision is not None:
             self.step.logger.log_info(
-                f"{self.step.name}: encodes CAPTIONER_PIXELS itself with {self.vision.path.name} "
-                f"({self.vision.choice.reason if self.vision.choice else 'fp32'})"
+                f"{self.step.name}: encodes CAPTIONER_PIXELS itself with {self.vision.path}, loaded at the first such "
+                "request (food11_pipeline_merged)"
             )
         if settings.warm_up:
-            started = time.perf_counter()
-            self.captioner.warm_up()
-            if self.vision is not None:
-                self.vision.warm_up()
-            self.step.logger.log_info(f"{self.step.name}: warmed up in {time.perf_counter() - started:.2f} s")
+            self.step.logger.log_info(f"{self.step.name}: warmed up in {self.captioner.warm_up():.2f} s")
         self.width = self.captioner.decoder.shape["vision_hidden_size"]
         self.metrics = StepPhaseMetrics(self.step.name, self.step.version, CAPTIONER_PHASES)
         self.load = StepLoadGauges(self.step.name, self.step.version)
