@@ -44,7 +44,7 @@ from pipeline_src.contract import ENSEMBLE
 from pipeline_src.serving.launcher import free_ports
 
 # The steps Model Analyzer can profile alone: not the ensembles, not the BLS step (caption_with_label, whose
-# captions come from the captioner), not label (microseconds of work), not the captioner (decoupled: it batches in
+# captions come from the captioner), not label (microseconds of work), not the captioner (it batches in
 # flight in its own loop, which Model Analyzer's knobs, instances and Triton's batching, do not reach; its own are
 # rows_in_flight and max_prompt_tokens, measured through the ensemble).
 STEPS = ("preprocess", "classifier", "vision_encoder")

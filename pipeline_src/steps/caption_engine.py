@@ -2,16 +2,14 @@
 boundary and leave when their captions end, so a request never waits for a batch in progress to finish, and
 every step runs every caption in progress (``pipeline_src.steps.fixed_buffers``: the table, its steps).
 
-It runs in a thread of the step's process and knows nothing of Triton: the step's ``model.py`` (decoupled)
+It runs in a thread of the step's process and knows nothing of Triton: the step's ``model.py``
 hands it jobs, each with the function that answers its request, and returns at once, so Triton hands over the
 next requests while captions are being written. What Triton's queue did for this step the loop does for the
 requests that wait to join, with the step's settings (``max_waiting_requests``, ``waiting_timeout_microseconds``) and
 Triton's own words: past that many waiting requests a new one is refused ("Exceeds maximum queue size"), and one
 that waits past its timeout (or its caller's time left) is refused ("Request timeout expired"). Not Triton's queue
-policy itself: Triton refusing a call to a decoupled model fails it in the caller's BLS (python_backend 24.10's
-decoupled BLS loses such errors under concurrency), and execute returns at once anyway. Callers read both as
-over capacity
-(``pipeline_src.contract.QUEUE_REFUSALS``). A request whose caller has gone is dropped before it joins. A
+policy itself: execute returns at once, so Triton's queue in front of the step stays empty. Callers read both as
+over capacity (``pipeline_src.contract.QUEUE_REFUSALS``). A request whose caller has gone is dropped before it joins. A
 request joins whole (all its rows at once), in arrival order.
 """
 
@@ -133,8 +131,8 @@ class CaptionEngine:
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` to join at the next step boundary. A full queue refuses it: that answer too is sent from the
-        loop's thread, after ``submit`` returns (python_backend 24.10's decoupled BLS can lose a response sent
-        before the step's execute has returned). Refused (raised) only when the loop has stopped."""
+        loop's thread, after ``submit`` returns (a response sent before the step's execute has returned races
+        python_backend's bookkeeping of the request). Refused (raised) only when the loop has stopped."""
         with self.condition:
             if self.stopped:
                 raise Refused("the captioner is stopping")

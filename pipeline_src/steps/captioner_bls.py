@@ -46,14 +46,11 @@ def captioner_for(caller, settings: CaptionWithLabelSettings) -> CaptionerCall:
             trace=caller.trace(),
             timeout=caller.timeout(),
         )
-        # Decoupled (its loop answers when the captions end): one response, which ends the call, so the iterator's
-        # first item is all there is and reading it does not block this step's event loop. The captioner says why
-        # there is no caption in CAPTION_ERROR, as an output, since this call asks for it: an error response from a
-        # decoupled model reaches a BLS caller without its call's id in python_backend before 25.05 (Triton 2.51's
-        # included: InferResponse::SaveToSharedMemory), and under concurrency it is lost or reaches another call.
-        response = next(iter(await request.async_exec(decoupled=True)), None)
-        if response is None:
-            raise CaptionerFailed("the call ended without an answer")
+        # One response, sent by the captioner's loop when the captions end; awaiting it leaves this step's event loop
+        # free. The captioner says why there is no caption in CAPTION_ERROR, as an output, since this call asks for
+        # it: an error response sent by a response sender can reach a BLS caller without its call's id in
+        # python_backend before 25.05 (Triton 2.51's included: InferResponse::SaveToSharedMemory).
+        response = await request.async_exec()
         if response.has_error():  # Triton's own, before the captioner ran (it was not loaded, say)
             raise CaptionerFailed(response.error().message())
         error = pb_utils.get_output_tensor_by_name(response, CAPTION_ERROR_READ.name).as_numpy().reshape(-1)

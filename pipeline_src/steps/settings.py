@@ -227,7 +227,7 @@ class CaptionWithLabelSettings(StepSettings):
         outputs=(
             BlsTensor("CAPTION", "TYPE_STRING", (1,)),
             # why there is no caption ("" when there is one): a refusal in band, which python_backend before 25.05
-            # can lose when it comes as an error from a decoupled model (pipeline_src.steps.captioner_bls)
+            # can send without its call's id when it comes as an error response (pipeline_src.steps.captioner_bls)
             BlsTensor("CAPTION_ERROR", "TYPE_STRING", (1,)),
             BlsTensor("CAPTION_MODE", "TYPE_STRING", (1,)),  # which mode made each caption: exact, or fast (...)
         ),
@@ -274,7 +274,7 @@ class CaptionerSettings(PrecisionSettings):
     # a longer one is captioned alone, outside it.
     rows_in_flight: int = 32
     max_prompt_tokens: int = 32
-    # The requests waiting to join the table (the step is decoupled: Triton's queue in front of it stays empty, so
+    # The requests waiting to join the table (execute returns at once: Triton's queue in front of it stays empty, so
     # its loop holds the queue and its policy): past max_waiting_requests a request is refused at once, and one that
     # waits past waiting_timeout_microseconds, or past its caller's time left when that is shorter, is refused then.
     # Refusals use Triton's words, which callers read as over capacity (pipeline_src.contract.QUEUE_REFUSALS).

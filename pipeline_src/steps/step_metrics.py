@@ -52,9 +52,9 @@ IN_FLIGHT = "food11_step_rows_in_flight"
 
 
 class StepLoadGauges:
-    """What a decoupled step holds itself, where Triton's ``nv_inference_pending_request_count`` cannot see it:
-    ``food11_step_waiting_requests`` (requests waiting to start) and ``food11_step_rows_in_flight`` (rows being
-    worked on), labelled by model and version."""
+    """What a step that answers from its own loop holds itself, where Triton's
+    ``nv_inference_pending_request_count`` cannot see it: ``food11_step_waiting_requests`` (requests waiting to
+    start) and ``food11_step_rows_in_flight`` (rows being worked on), labelled by model and version."""
 
     def __init__(self, model: str, version: str):
         labels = {"model": model, "version": version}

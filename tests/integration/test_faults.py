@@ -97,7 +97,7 @@ QUEUE_GAUGES = ("nv_inference_pending_request_count", "food11_step_waiting_reque
 
 
 def pending_requests(server: TritonServer) -> dict[str, float]:
-    """Triton's pending-request gauge, and what the captioner holds itself (decoupled: its loop's waiting requests
+    """Triton's pending-request gauge, and what the captioner holds itself (its loop's waiting requests
     and rows), per model and version."""
     with urllib.request.urlopen(f"http://{server.metrics_url}/metrics", timeout=10) as response:
         families = text_string_to_metric_families(response.read().decode())

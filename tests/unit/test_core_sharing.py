@@ -17,5 +17,5 @@ def test_the_vision_encoder_runs_one_at_a_time_and_the_other_steps_beside_it():
     assert resources("vision_encoder") == [("cpu_cores", True, 1)]
     for other in ("preprocess", "classifier", "label", "caption_with_label", "captioner"):
         # caption_with_label waits on the captioner: holding a resource would deadlock; the captioner's work runs in
-        # its loop's thread (decoupled), which the rate limiter does not see
+        # its loop's thread, which the rate limiter does not see
         assert resources(other) == []

@@ -147,8 +147,8 @@ def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
     """The vision encoder (every config variant) and the captioner refuse at once past a bounded queue, and
     refuse a request that waited past its timeout: its caller's time left (the override), or the default guard
     rail, which comes before caption_with_label stops waiting for a caption: no step works for a caller that has
-    gone. The captioner is decoupled, so its loop holds the queue (its parameters) and Triton's queue in front of
-    it has no policy, but the same figures."""
+    gone. The captioner's execute returns at once, so its loop holds the queue (its parameters) and Triton's queue
+    in front of it has no policy, but the same figures. It is not decoupled (model.py's docstring says why)."""
     caption_timeout_us = 1000 * int(CONFIGS["caption_with_label"].parameters["caption_timeout_ms"].string_value)
     variants = [
         CONFIGS["vision_encoder"],
@@ -162,7 +162,7 @@ def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
     assert policy.allow_timeout_override  # the caller's time left, which the clients always send
     assert 0 < policy.default_timeout_microseconds < caption_timeout_us
     captioner = CONFIGS["captioner"]
-    assert captioner.model_transaction_policy.decoupled
+    assert not captioner.model_transaction_policy.decoupled
     assert not captioner.dynamic_batching.HasField("default_queue_policy")
     parameters = {key: value.string_value for key, value in captioner.parameters.items()}
     assert int(parameters["max_waiting_requests"]) == policy.max_queue_size
