@@ -46,11 +46,11 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from benchmarks.gpu_serve_report import (
-    GPU_STEPS,
     STEPS,
     compare_captions,
     cuda_version,
     gpu_rows,
+    gpu_steps,
     listed_gpus,
     markdown,
     placement,
@@ -432,6 +432,7 @@ def serve_and_measure(run: Run, repository: Path, photos: list[bytes], args) -> 
     try:
         run.result["triton_version"], groups = server_facts(triton.grpc_url)
         run.result["placement"] = placement(run.log_file.read_text(errors="replace"), groups)
+        run.result["gpu_steps"] = list(gpu_steps(repository))  # what the configs ask for, a step a user added too
         run.save()
         served: dict[str, list[CaptionResult]] = {}
         with run.stage("served captions"):
@@ -446,7 +447,7 @@ def serve_and_measure(run: Run, repository: Path, photos: list[bytes], args) -> 
                 run.result["captions"], run.result["reference"] = compare_with_hugging_face(
                     repository, photos, served, carried
                 )
-        off_gpu = [step for step in GPU_STEPS if not run.result["placement"][step]["on_gpu"]]
+        off_gpu = [step for step in run.result["gpu_steps"] if not run.result["placement"][step]["on_gpu"]]
         if off_gpu and not args.allow_cpu:
             run.fail("perf_analyzer", f"not run: {', '.join(off_gpu)} not on the GPU (the figures would be the CPU's)")
             return

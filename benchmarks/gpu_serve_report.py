@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from benchmarks.lib.report import markdown_table
 from benchmarks.profiling import perf_analyzer
+from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE, CaptionStatus
+from pipeline_src.repository.loading import parse_config
 from pipeline_src.steps.captioning import CAPTIONER_PHASES
 from pipeline_src.steps.classification import build_prompt
 
 STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
-# No kind in their instance_group: Triton puts them on the GPU when it sees one. The other steps are KIND_CPU.
-GPU_STEPS = ("classifier", "vision_encoder", "captioner")
 CUDA = "CUDAExecutionProvider"
 
 # The issue's targets (issue 24).
@@ -73,6 +74,19 @@ def step_providers(log: str) -> dict[str, list[list[str]]]:
         names = re.findall(r"'([^']+)'", found["list"])
         providers.setdefault(found["model"], []).append(names)
     return providers
+
+
+def gpu_steps(repository: Path) -> tuple[str, ...]:
+    """The steps whose config asks for the GPU: every instance group without a kind (Triton's default: the GPU
+    when it sees one) or KIND_GPU. The project's are classifier, vision_encoder and captioner; a step a user adds
+    is checked alike."""
+    steps = []
+    for path in sorted(repository.glob("*/config.pbtxt")):
+        config = parse_config(path)
+        kinds = [group.Kind.Name(group.kind) for group in config.instance_group]
+        if config.platform != "ensemble" and kinds and all(kind in ("KIND_AUTO", "KIND_GPU") for kind in kinds):
+            steps.append(config.name or path.parent.name)
+    return tuple(steps)
 
 
 def placement(log: str, instance_groups: Mapping[str, Sequence[Mapping]]) -> dict[str, dict]:
@@ -258,7 +272,7 @@ def _mps_sentence(mps: Mapping) -> str:
     return "**NVIDIA MPS asked for, but no process was its client**: these are not MPS's figures."
 
 
-def _placement_section(steps: Mapping[str, Mapping]) -> str:
+def _placement_section(steps: Mapping[str, Mapping], for_gpu: Sequence[str]) -> str:
     rows = [
         {
             "step": model,
@@ -269,11 +283,11 @@ def _placement_section(steps: Mapping[str, Mapping]) -> str:
         }
         for model, figures in steps.items()
     ]
-    off = [step for step in GPU_STEPS if step in steps and not steps[step]["on_gpu"]]
+    off = [step for step in for_gpu if step in steps and not steps[step]["on_gpu"]]
     summary = (
         f"NOT on the GPU: {', '.join(off)}."
         if off
-        else f"{', '.join(GPU_STEPS)}: on the GPU, with {CUDA} first (config, Triton's log and the steps' own log)."
+        else f"{', '.join(for_gpu)}: on the GPU, with {CUDA} first (config, Triton's log and the steps' own log)."
     )
     columns = ["step", "config kinds", "instances started on", "ONNX Runtime provider", "on the GPU"]
     return markdown_table("Where each step runs", [summary], columns, rows, level=2)
@@ -316,7 +330,9 @@ def markdown(result: Mapping) -> str:
         )
     ]
     if result.get("placement"):
-        parts.append(_placement_section(result["placement"]))
+        # the run's repository's GPU steps; a results file from before they were recorded: the project's
+        for_gpu = result.get("gpu_steps") or gpu_steps(PROJECT_ROOT / "model_repository")
+        parts.append(_placement_section(result["placement"], for_gpu))
     if result.get("perf_analyzer"):
         columns = [c for c in PERF_COLUMNS if any(c in row for row in result["perf_analyzer"])]
         parts.append(

@@ -6,12 +6,18 @@ apart: ``food11-perf-analyzer --install`` unpacks that wheel and PyPI's ``nvidia
 ``libcudart.so.12``, loaded but not used without a GPU) into ``TOOL_DIR`` without their Python dependencies,
 and Debian's ``libb64-0d`` (``apt-get install`` as root, else ``apt-get download`` unpacked there too,
 leaving the system alone). ``food11-perf-analyzer ARGS`` runs it with those libraries on the library path.
+
+It measures the pipeline, not Triton's response cache: perf_analyzer sends the same few inputs again and again,
+which a cached model answers from the cache without running a step. So a model served with its response cache on
+(``make serve``'s ``CACHE_MIB``) is refused with how to profile it; ``--include-cache-hits`` measures it as served,
+and perf_analyzer's "Cache hit count" then says how much of it was the cache.
 """
 
 from __future__ import annotations
 
 import csv
 import ctypes.util
+import itertools
 import os
 import shutil
 import subprocess
@@ -25,6 +31,9 @@ TOOL_DIR = Path(sys.prefix) / "opt" / "perf_analyzer"  # in the virtualenv, apar
 TOOL_WHEELS = ("tritonclient==2.50.0", "nvidia-cuda-runtime-cu12==12.9.79")
 LOCAL_LIBB64 = TOOL_DIR / "libb64"  # where a non-root install unpacks the Debian package
 LIBB64_PACKAGE = "libb64-0d"
+
+
+INCLUDE_CACHE_HITS = "--include-cache-hits"
 
 
 class PerfAnalyzerMissing(RuntimeError):
@@ -146,6 +155,48 @@ class PerfAnalyzerTimedOut(PerfAnalyzerFailed):
     """perf_analyzer gave no result within the caller's time and was killed."""
 
 
+def served_config(model: str, url: str, protocol: str = "grpc") -> dict:
+    """The served ``model``'s config (config.pbtxt's field names), over gRPC or HTTP as perf_analyzer is told."""
+    if protocol == "http":
+        import tritonclient.http as httpclient
+
+        with httpclient.InferenceServerClient(url) as client:
+            return client.get_model_config(model)
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(url) as client:
+        return client.get_model_config(model, as_json=True)["config"]
+
+
+def answers_from_cache(config: dict) -> bool:
+    return bool(config.get("response_cache", {}).get("enable"))
+
+
+def cache_refusal(args: Sequence[str]) -> str | None:
+    """Why perf_analyzer with ``args`` would measure Triton's response cache rather than the model (None: it would
+    not, or the server cannot be asked, which perf_analyzer then reports itself)."""
+    options = dict(itertools.pairwise(args))  # each flag with the word after it
+    model = options.get("-m") or next((arg.split("=", 1)[1] for arg in args if arg.startswith("--model-name=")), None)
+    url = options.get("-u") or options.get("--url") or "localhost:8001"
+    protocol = options.get("-i") or options.get("--protocol") or "http"  # perf_analyzer's default
+    if model is None:
+        return None
+    if protocol == "http" and url == "localhost:8001":
+        url = "localhost:8000"
+    try:
+        cached = answers_from_cache(served_config(model, url, protocol))
+    except Exception:  # no server, no model: perf_analyzer says so in its own words
+        return None
+    if not cached:
+        return None
+    return (
+        f"{model} is served with Triton's response cache on (make serve's CACHE_MIB): perf_analyzer repeats its "
+        "inputs, so nearly every request would be a cache hit and the figures would measure the cache, not the "
+        f"pipeline. Profile a server without it (make serve CACHE_MIB=0), or pass {INCLUDE_CACHE_HITS} to measure "
+        'it as served (perf_analyzer\'s "Cache hit count" then says how much of it was the cache).'
+    )
+
+
 def decoupled(model: str, grpc_url: str) -> bool:
     """Whether the served ``model`` is decoupled (its config's ``model_transaction_policy``)."""
     import tritonclient.grpc as grpcclient
@@ -170,7 +221,10 @@ def measure(
     """perf_analyzer at one concurrency over gRPC, in count windows: a slow model (seconds per
     request) finishes too few requests in a time window for its measurements to stabilise.
     ``bls_composing``: models a BLS step of ``model`` calls, reported with the ensemble's composing models.
-    ``timeout_s``: a run that has not finished by then is killed and reported as failed."""
+    ``timeout_s``: a run that has not finished by then is killed and reported as failed. A model served with the
+    response cache on is refused (``cache_refusal``): these figures are the pipeline's."""
+    if answers_from_cache(served_config(model, grpc_url)):
+        raise PerfAnalyzerFailed(cache_refusal(["-m", model, "-u", grpc_url, "-i", "grpc"]) or "response cache on")
     args = [
         "-m",
         model,
@@ -253,6 +307,11 @@ def main(argv=None) -> None:
             install_tool()
             install_libb64()
             args = ["--version"]
+        elif INCLUDE_CACHE_HITS in args:
+            args.remove(INCLUDE_CACHE_HITS)
+            print("food11-perf-analyzer: cache hits included: see perf_analyzer's Cache hit count", file=sys.stderr)
+        elif refusal := cache_refusal(args):
+            sys.exit(f"food11-perf-analyzer: {refusal}")
         os.execve(str(binary()), command(*args), environment())
     except PerfAnalyzerMissing as exc:
         sys.exit(f"food11-perf-analyzer: {exc}")

@@ -28,7 +28,7 @@ EXIT_BAD_PHOTO, EXIT_SERVER_DOWN, EXIT_FAILED, EXIT_OVERLOADED = 1, 2, 3, 4
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="food11-caption", description=__doc__)
     parser.add_argument("photos", nargs="+", type=Path, help="image files (JPEG, PNG, WebP, BMP, GIF)")
-    parser.add_argument("--url", default=DEFAULT_URL, help="Triton gRPC address (default: %(default)s)")
+    parser.add_argument("-u", "--url", default=DEFAULT_URL, help="Triton gRPC address (default: %(default)s)")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="ensemble name (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before giving up (default: %(default)s)")
     parser.add_argument(

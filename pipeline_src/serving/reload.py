@@ -8,7 +8,14 @@ An edit of a ``pipeline_src`` module a step imports lies outside the model's fol
 once and the old code keeps serving. So this polls the files itself and, for a changed model, sets the
 modification time of its version folders to now (no file is written) before asking Triton to load it: a full
 reload, in new stub processes, each a fresh interpreter (no module of the old one survives). Triton reloads the
-ensembles that use the model by itself; a failed reload leaves the loaded version serving.
+ensembles that use the model by itself.
+
+A change never takes down what serves. Before asking Triton, the watcher runs food11-validate on the changed
+repository and refuses a change it rejects, naming the reason (Triton 2.51 unloads an ensemble whose new config
+it refuses, rather than keep the old one). Where Triton still fails a load, every model that was serving and no
+longer is (the model, or the ensembles Triton reloaded around it) is loaded back at once with the config it served
+with, and Triton's own reason is reported (its repository index's, not the load's generic answer). A model that
+fell anyway is loaded again at the next change of its files.
 
 Which code a step imports is read from its ``model.py`` without importing anything: its imports, followed
 transitively through the watched packages (``pipeline_src``, as its editable install maps it) and its own
@@ -18,9 +25,13 @@ folders (the stub appends them to ``sys.path``); third-party packages are not fo
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
+import json
 import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -220,11 +231,33 @@ def forget_bytecode(changed: list[Path]) -> None:
             Path(importlib.util.cache_from_source(str(path))).unlink(missing_ok=True)
 
 
+# --- before Triton: the validator -------------------------------------------------------------------------
+
+VALIDATE_TIMEOUT_S = 300
+
+
+def validator_errors(repository: Path) -> list[str]:
+    """food11-validate's errors for ``repository``, one line each, from a fresh interpreter: the code it checks (a
+    step's settings and declared tensors) may be what just changed, and this process holds its old modules."""
+    command = [sys.executable, "-m", "pipeline_src.repository.validate", str(repository)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=VALIDATE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"food11-validate did not run: {exc}"]
+    errors = [line.removeprefix("ERROR ") for line in done.stdout.splitlines() if line.startswith("ERROR ")]
+    if done.returncode not in (0, 1) or (done.returncode == 1 and not errors):
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return [f"food11-validate failed: {last}"]
+    return errors
+
+
 # --- asking Triton ---------------------------------------------------------------------------------------
 
 
 class StepReloader:
-    """One ``poll()`` a second: reloads the models whose files changed, one log line each."""
+    """One ``poll()`` a second: reloads the models whose files changed, one log line each. ``validate``: the
+    repository's errors (``validator_errors``), asked before each reload; None: no check (serve.py's
+    --skip-validation). The repository had none when serving began (serve.py refuses to start otherwise)."""
 
     def __init__(
         self,
@@ -234,13 +267,17 @@ class StepReloader:
         report: Callable[[str], None] = print,
         before_reload: Callable[[], object] | None = None,
         after_reload: Callable[[], object] | None = None,
+        validate: Callable[[Path], list[str]] | None = validator_errors,
     ):
         self.watch = ChangeWatch(repository, packages)
         self.triton = triton
         self.report = report
         self.before_reload = before_reload  # called before the changed models are asked to reload
         self.after_reload = after_reload  # and once they were
+        self.validate = validate
         self.failed_reloads = 0  # Triton 2.51 then waits its whole exit timeout when it stops (serve.py says so)
+        self.refused: dict[str, list[Path]] = {}  # changes the validator refused: loaded with the next one it passes
+        self.served: set[str] | None = None  # every model seen serving: one that fell is loaded at its next change
         self._roots = [self.watch.repository, *(folder.parent for folder in packages.values())]
 
     def poll(self) -> bool:
@@ -253,19 +290,38 @@ class StepReloader:
         except OSError as unreachable:
             self.report(f"reload: skipped, Triton's index did not answer: {unreachable}")
             return False
+        self.served = (self.served or set()) | loaded
+        for model, changed in self.refused.items():
+            affected[model] = sorted({*affected.get(model, []), *changed})
+        self.refused = {}
+        if self.validate is not None and (errors := self.validate(self.watch.repository)):
+            self.refuse(affected, errors)
+            return False
         folders = model_folders(self.watch.repository)
         if self.before_reload is not None:
             self.before_reload()
+        serving = self.serving_configs(loaded)
         # Steps first: an ensemble's new wiring may need its steps' new config.
         for model in sorted(affected, key=lambda name: (name in folders and is_ensemble(folders[name]), name)):
             self.reload(model, affected[model], folders.get(model), loaded)
+            self.restore_fallen(serving)
         if self.after_reload is not None:
             self.after_reload()
         return True
 
+    def refuse(self, affected: dict[str, list[Path]], errors: list[str]) -> None:
+        more = f" (and {len(errors) - 1} more: food11-validate lists them)" if len(errors) > 1 else ""
+        for model, changed in sorted(affected.items()):
+            self.report(
+                f"reload: {model} ({self.describe(changed)} changed): refused, the loaded version keeps serving: "
+                f"{errors[0]}{more}"
+            )
+        self.refused = affected
+
     def reload(self, model: str, changed: list[Path], folder: Path | None, loaded: set[str]) -> None:
         why = f"reload: {model} ({self.describe(changed)} changed)"
-        if folder is None or model not in loaded:
+        fallen = model in (self.served or set()) - loaded  # it served, then a failed load took it down
+        if folder is None or (model not in loaded and not fallen):
             self.report(f"{why}: skipped, not loaded in Triton")
             return
         started = time.monotonic()
@@ -279,10 +335,45 @@ class StepReloader:
         error = self.triton.load(model)
         took = f"{time.monotonic() - started:.1f} s"
         if error is None:
-            self.report(f"{why}: ok in {took}")
+            self.report(f"{why}: ok in {took}{', loaded again' if fallen else ''}")
         else:
             self.failed_reloads += 1
-            self.report(f"{why}: failed in {took}, the loaded version keeps serving: {error}")
+            if self.is_ready(model):
+                self.report(f"{why}: failed in {took}, the loaded version keeps serving: {error}")
+            else:  # Triton's own reason, where the load's answer may be generic; restore_fallen follows
+                self.report(f"{why}: failed in {took}: {self.triton.unavailable_reasons().get(model) or error}")
+
+    def is_ready(self, model: str) -> bool:
+        try:
+            return model in self.triton.ready_models()
+        except OSError:
+            return False
+
+    def serving_configs(self, loaded: set[str]) -> dict[str, str]:
+        """Each serving model's config as Triton serves it (JSON): what it is loaded back with if a load takes it
+        down."""
+        configs = {}
+        for model in sorted(loaded):
+            with contextlib.suppress(OSError, ValueError):  # unloaded meanwhile: nothing to keep
+                configs[model] = json.dumps(self.triton.model_config(model))
+        return configs
+
+    def restore_fallen(self, serving: dict[str, str]) -> None:
+        """Loads back, with the config it served with, every model that was serving and no longer is."""
+        try:
+            fallen = sorted(serving.keys() - self.triton.ready_models())
+        except OSError as unreachable:
+            self.report(f"reload: Triton's index did not answer: {unreachable}")
+            return
+        for model in fallen:
+            reason = self.triton.unavailable_reasons().get(model, "no reason in Triton's index")
+            if (error := self.triton.load(model, config=serving[model])) is None:
+                self.report(f"reload: {model} fell ({reason}): loaded back as it was, it serves")
+            else:
+                self.report(
+                    f"reload: {model} fell ({reason}) and could not be loaded back ({error}): it does not serve "
+                    "until the next change of its files loads it"
+                )
 
     def describe(self, changed: list[Path]) -> str:
         shown = [self.display(path) for path in changed[:2]]

@@ -34,6 +34,19 @@ class TritonRepositoryApi:
             versions.setdefault(entry["name"], set()).add(str(entry.get("version", "")))
         return versions
 
+    def unavailable_reasons(self) -> dict[str, str]:
+        """Why each model that is not ready is not (Triton's repository index: a failed load's own reason, where the
+        load's answer may be generic); empty when the index does not answer."""
+        try:
+            index = json.loads(self._post("/v2/repository/index", {}))
+        except (OSError, ValueError):
+            return {}
+        return {
+            entry["name"]: first_line_and_frame(entry["reason"])
+            for entry in index
+            if entry.get("state") != "READY" and entry.get("reason")
+        }
+
     def model_config(self, model: str) -> dict:
         """The loaded model's config as Triton answers it in JSON (config.pbtxt's field names)."""
         url = f"{self.base_url}/v2/models/{urllib.parse.quote(model)}/config"

@@ -33,7 +33,7 @@ from pipeline_src.serving.launcher import (
     check_ports_free,
 )
 from pipeline_src.serving.model_control import MODEL_CONTROL_FLAG, chosen_model_control, model_control_args
-from pipeline_src.serving.reload import DEFAULT_PACKAGES, StepReloader
+from pipeline_src.serving.reload import DEFAULT_PACKAGES, StepReloader, validator_errors
 from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.response_cache import (
     DEFAULT_RESPONSE_CACHE_MIB,
@@ -186,6 +186,8 @@ def start_reloader(args, server: TritonServer) -> StepReloader | None:
         # the new revision (response_cache)
         before_reload=server.cached_ensembles.uncache if server.caches_responses else None,
         after_reload=server.cache_ensembles if server.caches_responses else None,
+        # a change the validator rejects is refused before Triton sees it (as at start, unless skipped)
+        validate=None if args.skip_validation else validator_errors,
     )
     print(
         f"reload: on: a step is reloaded when its files or the code it imports change ({reloader.watch.watched_files} "

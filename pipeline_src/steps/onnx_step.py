@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pipeline_src.steps.onnx_contract import check_graph_against_config
 from pipeline_src.steps.onnx_runtime import OnnxModel
 from pipeline_src.steps.settings import OnnxStepSettings
 from pipeline_src.steps.triton_step import StepContext, answer_stacked
@@ -18,6 +19,8 @@ class OnnxStep:
         self.step = StepContext(args)
         settings = self.SETTINGS.from_model_config(self.step.config)
         self.model = OnnxModel.from_settings(settings, self.step.version_dir, self.step.on_gpu, self.step.device_id)
+        # a graph unlike its config is refused here, with every difference, rather than fail or mis-answer later
+        check_graph_against_config(self.model.session, self.step.config, settings.onnx_file)
         if self.model.choice:
             self.step.logger.log_info(f"{self.step.name}: {self.model.choice.precision} ({self.model.choice.reason})")
         self.input_name = self.step.config["input"][0]["name"]

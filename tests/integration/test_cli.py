@@ -68,7 +68,7 @@ def test_says_clearly_when_the_server_is_down(photo_files, capsys):
 
 def test_classify_only_answers_the_label_from_the_classify_ensemble(triton, photo_files, capsys):
     apple = str(photo_files["apple.jpg"])
-    assert cli.main(["--url", triton.grpc_url, "--classify-only", apple]) == 0
+    assert cli.main(["-u", triton.grpc_url, "--classify-only", apple]) == 0  # perf_analyzer's spelling too
     (result,) = json.loads(capsys.readouterr().out)
     assert set(result) == {"file", "label", "probability", "models", "warnings"}
     assert result["label"] == "Vegetable/Fruit"

@@ -3,7 +3,9 @@ on by default), on a copy of the test repository with a small Python step of thi
 around it. The step imports its logic from a package outside its model folder, as the project's steps import
 pipeline_src; Triton alone would keep the old code on a load. Each edit is served by the next answer, without a
 restart, and logged; a failed reload is logged and the loaded version keeps serving (and tritonserver then takes
-its whole exit timeout to stop, which serve.py says)."""
+its whole exit timeout to stop, which serve.py says). A wiring mistake (a tensor that does not exist, a step's type
+unlike its ensemble's) is refused before Triton sees it, with the validator's reason, and /caption answers
+throughout; the fix is loaded at its save."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import numpy as np
 import psutil
 import pytest
 import tritonclient.grpc as grpcclient
-from helpers import serve_command
+from helpers import APPLE, post_photo, serve_command
 
 from pipeline_src.serving.launcher import Ports, free_ports
 
@@ -102,6 +104,10 @@ class Served:
     output: Output
     repository: Path
     package: Path
+    api_url: str
+
+    def caption_status(self) -> int:
+        return post_photo(self.api_url, APPLE).status_code
 
     def answer(self, model: str) -> float:
         with grpcclient.InferenceServerClient(f"127.0.0.1:{self.ports.grpc}") as client:
@@ -119,15 +125,15 @@ def served(model_repository, tmp_path_factory):
     work = tmp_path_factory.mktemp("reload")
     repository = shutil.copytree(model_repository, work / "model_repository")
     package = add_probe(repository, work / "src")
-    ports = free_ports()
+    ports, api_port = free_ports(), free_ports().http
     # Triton 2.51 waits its whole exit timeout after a failed reload (serve.py's note): 15 s, not 30, keeps this short.
-    extra = ("--no-api", "--reload-package", str(package), "--", "--exit-timeout-secs=15")
+    extra = ("--api-port", str(api_port), "--reload-package", str(package), "--", "--exit-timeout-secs=15")
     command = serve_command(repository, work, ports, *extra)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         output = Output(process)
         output.wait_for("Ctrl-C stops everything", timeout_s=180)
-        yield Served(ports, process, output, repository, package)
+        yield Served(ports, process, output, repository, package, f"http://127.0.0.1:{api_port}")
         process.send_signal(signal.SIGTERM)
         failed = any(": failed in " in line for line in output.lines)
         code = process.wait(timeout=120)
@@ -190,3 +196,73 @@ def test_a_failed_reload_is_logged_with_tritons_reason_and_the_loaded_version_ke
     logic.write_text("VALUE = 4.0\n")  # fixed: the next save loads it
     assert ": ok in " in reloaded(served, f"{PACKAGE}/answer.py", since)
     assert served.answer(STEP) == serving / 3.0 * 4.0
+
+
+def refused(served: Served, model: str, since: int) -> str:
+    line = served.output.wait_for(f"reload: {model} (", since)
+    assert ": refused, the loaded version keeps serving: " in line, line
+    return line
+
+
+def test_an_ensemble_wired_to_a_tensor_that_does_not_exist_is_refused_and_caption_answers_throughout(served):
+    config = served.repository / "food11_pipeline" / "config.pbtxt"
+    good = config.read_text()
+    wrong = good.replace('key: "CAPTION"', 'key: "CAPTIONS"', 1)
+    assert wrong != good
+    since = len(served.output.lines)
+    config.write_text(wrong)
+    line = refused(served, "food11_pipeline", since)
+    assert "food11_pipeline: " in line and "'CAPTIONS'" in line, line  # the validator's reason, naming the tensor
+    assert served.caption_status() == 200
+    since = len(served.output.lines)
+    config.write_text(good)  # the fix: loaded at its save
+    assert ": ok in " in served.output.wait_for("reload: food11_pipeline (", since)
+    assert served.caption_status() == 200
+
+
+def test_a_step_whose_type_no_longer_matches_its_ensemble_is_refused_and_both_keep_serving(served):
+    config = served.repository / STEP / "config.pbtxt"
+    good = config.read_text()
+    serving = served.answer(ENSEMBLE)
+    since = len(served.output.lines)
+    config.write_text(good.replace('name: "Y", data_type: TYPE_FP32', 'name: "Y", data_type: TYPE_FP16'))
+    line = refused(served, STEP, since)
+    assert "TYPE_FP16" in line or "FP16" in line, line
+    assert served.answer(STEP) == served.answer(ENSEMBLE) == serving
+    assert served.caption_status() == 200
+    since = len(served.output.lines)
+    config.write_text(good)
+    assert ": ok in " in served.output.wait_for(f"reload: {STEP} (", since)
+    assert served.answer(ENSEMBLE) == serving
+
+
+def graph_answering_float64(path: Path) -> None:
+    """A classifier graph with the right names and shapes whose logits are float64, where the config says TYPE_FP32."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    pixels = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 224, 224])
+    logits = helper.make_tensor_value_info("output", TensorProto.DOUBLE, ["N", 11])
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["input"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "weights"], ["scores"]),
+        helper.make_node("Cast", ["scores"], ["output"], to=TensorProto.DOUBLE),
+    ]
+    weights = helper.make_tensor("weights", TensorProto.FLOAT, [3, 11], [0.1] * 33)
+    graph = helper.make_graph(nodes, "float64_classifier", [pixels], [logits], [weights])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+
+
+def test_an_onnx_graph_unlike_its_config_is_refused_and_caption_answers_throughout(served):
+    graph = served.repository / "classifier" / "1" / "model.onnx"
+    good = graph.read_bytes()
+    since = len(served.output.lines)
+    graph_answering_float64(graph)
+    line = refused(served, "classifier", since)
+    assert "classifier: " in line, line
+    assert served.caption_status() == 200
+    since = len(served.output.lines)
+    graph.write_bytes(good)
+    assert ": ok in " in served.output.wait_for("reload: classifier (", since)
+    assert served.caption_status() == 200

@@ -1,12 +1,15 @@
 """Triton's response cache on the ensembles, against a real tritonserver that caches (``--cache-config local``, as
 ``make serve`` starts it), on a copy of the test repository: a photo asked again is answered from the cache with
 the same answer (Triton's statistics count the hit); a step reloaded by the watcher never lets the cache answer
-what the old step computed; a caption that failed is refused, not cached."""
+what the old step computed; a caption that failed is refused, not cached; perf_analyzer is not pointed at the
+cache by mistake."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -14,6 +17,7 @@ import httpx
 import pytest
 from helpers import QUICK_EXIT
 
+from benchmarks.profiling.perf_analyzer import cache_refusal
 from food11_client import Food11Client
 from food11_client.errors import ServerUnavailableError
 from pipeline_src.contract import ENSEMBLE
@@ -145,3 +149,13 @@ def test_through_the_api_a_repeated_photo_is_the_same_answer_counted_as_a_cache_
             assert count >= 1
     finally:
         api.stop()
+
+
+def test_perf_analyzer_refuses_a_cached_model_saying_how_to_profile_it_and_takes_an_uncached_one(cached_server):
+    command = [sys.executable, "-m", "benchmarks.profiling.perf_analyzer", "-m", ENSEMBLE, "-u", cached_server.grpc_url]
+    done = subprocess.run([*command, "-i", "grpc"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert f"{ENSEMBLE} is served with Triton's response cache on" in done.stderr
+    assert "make serve CACHE_MIB=0" in done.stderr and "--include-cache-hits" in done.stderr
+    assert cache_refusal(["-m", ENSEMBLE, "-u", cached_server.http_url]) is not None  # perf_analyzer's default: HTTP
+    assert cache_refusal(["-m", "label", "-u", cached_server.grpc_url, "-i", "grpc"]) is None  # a step: not cached

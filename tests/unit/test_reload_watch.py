@@ -5,6 +5,7 @@ a reload; and serve.py's model control and --reload flag. tests/integration/test
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import py_compile
 from pathlib import Path
@@ -16,6 +17,7 @@ from pipeline_src.serving.reload import (
     DEFAULT_PACKAGES,
     ChangeWatch,
     ImportTracer,
+    StepReloader,
     forget_bytecode,
     mark_modified,
     needs_forced_reload,
@@ -208,3 +210,99 @@ def test_serve_reloads_by_default_and_not_when_told():
     assert parse_args([]).reload is True
     assert parse_args(["--no-reload"]).reload is False
     assert parse_args(["--reload-package", "src/mine"]).reload_package == [Path("src/mine")]
+
+
+class TritonTakingDownAnEnsemble:
+    """Triton's repository API as the watcher calls it, with the one fault the integration tests cannot produce
+    (the validator catches every mistake they can make): a step's load that Triton fails and that takes an
+    ensemble over it down. A load with a config override (loading back) succeeds."""
+
+    def __init__(self, ready: set[str], takes_down: dict[str, str]):
+        self.ready, self.takes_down, self.loads = set(ready), takes_down, []
+
+    def ready_models(self) -> set[str]:
+        return set(self.ready)
+
+    def model_config(self, model: str) -> dict:
+        return {"name": model, "platform": "ensemble" if model == "pipeline" else ""}
+
+    def unavailable_reasons(self) -> dict[str, str]:
+        return {model: f"ensemble '{model}' could not be reloaded" for model in self.takes_down.values()}
+
+    def load(self, model: str, config: str | None = None) -> str | None:
+        self.loads.append((model, config))
+        if config is None and model in self.takes_down:
+            self.ready.discard(self.takes_down[model])
+            return f"failed to load '{model}'"
+        self.ready.add(model)
+        return None
+
+
+def poll(reloader: StepReloader) -> bool:
+    """The poll that reports the settled change (the one before sees it changing)."""
+    assert reloader.poll() is False
+    return reloader.poll()
+
+
+def test_a_load_that_takes_an_ensemble_down_loads_it_back_with_the_config_it_served_with(project):
+    repository, lib = project
+    triton = TritonTakingDownAnEnsemble({"resizer", "painter", "pipeline"}, takes_down={"resizer": "pipeline"})
+    lines: list[str] = []
+    reloader = StepReloader(repository, triton, {"steplib": lib}, report=lines.append, validate=None)
+    edit(lib / "resize.py", "x = 1\n")
+    assert poll(reloader)
+    served_config = json.dumps(triton.model_config("pipeline"))
+    assert triton.loads == [("resizer", None), ("pipeline", served_config)]
+    assert triton.ready == {"resizer", "painter", "pipeline"}
+    assert lines[0].startswith("reload: resizer (steplib/resize.py changed): failed in ")
+    assert lines[0].endswith("the loaded version keeps serving: failed to load 'resizer'")
+    assert lines[1] == (
+        "reload: pipeline fell (ensemble 'pipeline' could not be reloaded): loaded back as it was, it serves"
+    )
+
+
+def test_a_model_that_fell_is_loaded_again_at_the_next_change_of_its_files(project):
+    repository, lib = project
+    triton = TritonTakingDownAnEnsemble({"resizer", "painter", "pipeline"}, takes_down={})
+    lines: list[str] = []
+    reloader = StepReloader(repository, triton, {"steplib": lib}, report=lines.append, validate=None)
+    edit(lib / "resize.py", "x = 1\n")
+    assert poll(reloader)
+    triton.ready.discard("pipeline")  # down, whatever the reason
+    edit(repository / "pipeline" / "config.pbtxt", ENSEMBLE_CONFIG + "# fixed\n")
+    assert poll(reloader)
+    assert triton.loads[-1] == ("pipeline", None) and "pipeline" in triton.ready
+    assert lines[-1].startswith("reload: pipeline (pipeline/config.pbtxt changed): ok in ")
+    assert lines[-1].endswith(", loaded again")
+    write(repository / "never_served" / "config.pbtxt", 'name: "never_served"\nbackend: "python"\n')
+    assert poll(reloader)
+    assert lines[-1] == "reload: never_served (never_served/config.pbtxt changed): skipped, not loaded in Triton"
+
+
+def test_a_change_the_validator_rejects_is_refused_with_its_reason_then_loaded_with_the_fix(project):
+    repository, lib = project
+    triton = TritonTakingDownAnEnsemble({"resizer", "painter", "pipeline"}, takes_down={})
+    verdicts = [["pipeline: step 1 (resizer): output_map key 'Z' is not an output of model 'resizer'"], []]
+    lines: list[str] = []
+    reloader = StepReloader(
+        repository, triton, {"steplib": lib}, report=lines.append, validate=lambda repository: verdicts.pop(0)
+    )
+    edit(repository / "pipeline" / "config.pbtxt", ENSEMBLE_CONFIG + "# wrong\n")
+    assert poll(reloader) is False
+    assert triton.loads == []
+    assert lines == [
+        "reload: pipeline (pipeline/config.pbtxt changed): refused, the loaded version keeps serving: "
+        "pipeline: step 1 (resizer): output_map key 'Z' is not an output of model 'resizer'"
+    ]
+    edit(lib / "resize.py", "x = 2\n")  # the next change the validator passes loads the refused one too
+    assert poll(reloader)
+    assert sorted(model for model, _ in triton.loads) == ["pipeline", "resizer"]
+
+
+def test_the_validator_runs_in_a_fresh_interpreter_and_names_the_repositorys_errors(tmp_path):
+    from pipeline_src.serving.reload import validator_errors
+
+    write(tmp_path / "broken" / "config.pbtxt", 'name: "other"\nbackend: "python"\n')
+    errors = validator_errors(tmp_path)
+    assert errors and all(error.startswith("broken: ") for error in errors), errors
+    assert any("other" in error for error in errors), errors
