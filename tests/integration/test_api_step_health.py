@@ -11,6 +11,7 @@ import httpx
 import pytest
 from helpers import APPLE, admin_client, post_photo
 from prometheus_client.parser import text_string_to_metric_families
+from repository_checks import models_built_from
 from servers import UvicornThread
 
 from food11_api.app import create_app
@@ -92,11 +93,15 @@ def watched_api(triton):
         yield api
 
 
-def test_the_api_watches_its_ensembles_and_every_model_they_are_built_from(watched_api):
+def test_the_api_watches_its_ensembles_and_every_model_they_are_built_from(watched_api, model_repository):
+    """The models, read from the served repository's configs (each ensemble's steps and the BLS callees their
+    settings declare, tests/repository_checks.py), are exactly those the API reports, each ready: one it does
+    not watch, or one it watches beyond them, fails."""
     api = watched_api
     ready = {labels[0][1]: value for (name, labels), value in metrics(api).items() if name == "food11_model_ready"}
-    steps = ["preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner"]
-    assert ready == dict.fromkeys([*steps, ENSEMBLE, CLASSIFY_ENSEMBLE], 1.0)
+    models = [*models_built_from(model_repository, ENSEMBLE), *models_built_from(model_repository, CLASSIFY_ENSEMBLE)]
+    assert {"captioner", "vision_encoder", ENSEMBLE, CLASSIFY_ENSEMBLE} <= set(models)
+    assert ready == dict.fromkeys(models, 1.0)
 
 
 def test_a_captioner_not_ready_is_named_refused_at_once_for_captions_and_classify_goes_on(watched_api, operator):

@@ -9,11 +9,20 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from repository_checks import models_built_from
 
+from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import CLASSIFY_ENSEMBLE, CLASSIFY_OUTPUTS, ENSEMBLE
 
 pytestmark = pytest.mark.integration
-CAPTIONING_STEPS = ("vision_encoder", "caption_with_label", "captioner")
+REPOSITORY = PROJECT_ROOT / "model_repository"
+# The models food11_pipeline is built from beyond food11_classify's (the vision encoder, caption_with_label, the
+# captioner, and any step of yours), read from the configs the session's server copies.
+CAPTIONING_STEPS = tuple(
+    model
+    for model in models_built_from(REPOSITORY, ENSEMBLE)[:-1]
+    if model not in models_built_from(REPOSITORY, CLASSIFY_ENSEMBLE)
+)
 
 
 def inference_counts(triton_grpc, models) -> dict[str, int]:

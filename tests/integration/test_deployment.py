@@ -21,17 +21,24 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from repository_checks import (
+    documented_variant_problems,
+    model_variants_problems,
+    models_with_variants,
+    variant_configs,
+    variant_problems,
+)
 from ruamel.yaml import YAML
 
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.repository.loading import parse_config
 from pipeline_src.repository.validate import validate_repository
 from pipeline_src.serving import admin
 from pipeline_src.serving.launcher import TritonServer, TritonStartError, free_ports
 
 REPOSITORY = PROJECT_ROOT / "model_repository"
-NATIVE_MODELS = ("classifier", "vision_encoder")  # the ONNX steps, with configs for Triton's native backend
-VARIANTS = sorted(REPOSITORY.glob("*/configs/*.pbtxt"))
+# The models with configs for Triton's native backend (model_repository/NAME/configs/), and those configs.
+NATIVE_MODELS = models_with_variants(REPOSITORY)
+VARIANTS = variant_configs(REPOSITORY)
 VARIANT_NAMES = sorted({path.stem for path in VARIANTS})
 K8S = PROJECT_ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.33.0"  # the oldest release still supported upstream when this was written
@@ -43,29 +50,27 @@ API_UID = 65534  # nobody, Dockerfile.api's USER
 ADMIN_SECRET = "food11-triton-admin"  # the Kubernetes Secret holding the admin key (optional)
 
 
-def interface(config) -> tuple:
-    tensors = lambda items: [(t.name, t.data_type, list(t.dims)) for t in items]  # noqa: E731
-    return config.name, config.max_batch_size, tensors(config.input), tensors(config.output)
-
-
 # The ONNX steps on Triton's native onnxruntime backend -------------------------------------------------
 
 
 @pytest.mark.parametrize("model", NATIVE_MODELS)
-def test_there_is_a_native_variant_and_one_with_tensorrt(model):
-    configs = REPOSITORY / model / "configs"
-    assert sorted(path.stem for path in configs.glob("*.pbtxt")) == ["onnxruntime", "onnxruntime_tensorrt"]
-    tensorrt = parse_config(configs / "onnxruntime_tensorrt.pbtxt")
-    (accelerator,) = tensorrt.optimization.execution_accelerators.gpu_execution_accelerator
-    assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
+def test_a_model_with_variants_has_the_native_one_and_tensorrt_in_fp16(model):
+    """Fails for a model with variants but no configs/onnxruntime.pbtxt (the container would run its Python-backend
+    config unnoticed), or a TensorRT variant that does not run TensorRT in FP16."""
+    assert model_variants_problems(REPOSITORY, model) == []
+
+
+def test_the_onnx_steps_the_docs_name_have_their_native_variants():
+    """The models read from the repository above are held to the docs: docs/deployment.md names
+    classifier/configs/, docs/EXTENDING.md vision_encoder/configs/. Fails if one of them loses its variants."""
+    assert documented_variant_problems(REPOSITORY, PROJECT_ROOT / "docs") == []
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda path: f"{path.parent.parent.name}-{path.stem}")
 def test_each_variant_declares_the_python_backend_configs_interface(variant):
-    native, python = parse_config(variant), parse_config(variant.parent.parent / "config.pbtxt")
-    assert native.backend == "onnxruntime" and python.backend == "python"
-    assert interface(native) == interface(python)
-    assert [group.kind for group in native.instance_group] == [native.instance_group[0].KIND_GPU]
+    """On the onnxruntime backend (``backend: "onnxruntime"`` or ``platform: "onnxruntime_onnx"``), GPU instances,
+    the name, batching and tensors of the Python-backend config beside it."""
+    assert variant_problems(variant) == []
 
 
 @pytest.mark.parametrize("variant", [None, *VARIANT_NAMES])

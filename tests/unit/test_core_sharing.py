@@ -1,21 +1,18 @@
 """What the heavy steps' configs ask of Triton's rate limiter, when a server runs it (--rate-limit=execution_count;
 off by default: benchmarks/core_sharing.py measured it no faster on 2 cores)."""
 
+from repository_checks import models_built_from, rate_limiter_problems
+
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.repository.loading import parse_config
+from pipeline_src.contract import ENSEMBLE
+
+REPOSITORY = PROJECT_ROOT / "model_repository"
 
 
 def test_the_vision_encoder_runs_one_at_a_time_and_the_other_steps_beside_it():
-    def resources(model: str) -> list[tuple[str, bool, int]]:
-        config = parse_config(PROJECT_ROOT / "model_repository" / model / "config.pbtxt")
-        return [
-            (resource.name, getattr(resource, "global"), resource.count)
-            for group in config.instance_group
-            for resource in group.rate_limiter.resources
-        ]
-
-    assert resources("vision_encoder") == [("cpu_cores", True, 1)]
-    for other in ("preprocess", "classifier", "label", "caption_with_label", "captioner"):
-        # caption_with_label waits on the captioner: holding a resource would deadlock; the captioner's work runs in
-        # its loop's thread, which the rate limiter does not see
-        assert resources(other) == []
+    """The vision encoder holds one global core; every other model food11_pipeline is built from (read from its
+    config: its steps and their BLS callees) holds none. Fails for a resource on caption_with_label, which waits on
+    the captioner (a deadlock), or on the captioner, whose work runs in its loop's thread (which the limiter does
+    not see)."""
+    assert {"vision_encoder", "caption_with_label", "captioner"} <= set(models_built_from(REPOSITORY, ENSEMBLE))
+    assert rate_limiter_problems(REPOSITORY) == []

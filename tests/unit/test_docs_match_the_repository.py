@@ -1,60 +1,51 @@
 """The pages that describe the repository's DAG and outputs are held to it: docs/architecture.md's drawing
-names every step of each shipped ensemble with every tensor it maps and the ensemble's outputs, and
-docs/api.md lists every route of the API and every output of the wire contract. Adding a step or an output
-without updating the page fails here, naming what is missing."""
+draws each of the project's steps with every tensor it maps and lists each drawn ensemble's outputs, and
+docs/api.md lists every route of the API, every output of the wire contract, and the outputs beyond it that the
+project's steps make. Changing one of the drawn steps, its tensors or its outputs without updating the page fails
+here, naming what is missing.
 
-import re
+"The project's steps" are the ones the drawing draws (tests/repository_checks.py): a step of yours, wired into
+an ensemble as docs/EXTENDING.md says, needs no line on these pages (tests/unit/
+test_added_steps_pass_the_suite_checks.py adds two and runs these checks)."""
 
 import pytest
 from fastapi.routing import APIRoute
+from repository_checks import (
+    api_page_extra_output_problems,
+    dag_drawing,
+    drawing_answers_problems,
+    drawing_names_problems,
+    drawing_tensor_problems,
+    drawn_ensembles,
+)
 
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.contract import CLASSIFY_ENSEMBLE, CORE_OUTPUTS, ENSEMBLE
-from pipeline_src.repository.loading import parse_config
+from pipeline_src.contract import CORE_OUTPUTS
 
 REPOSITORY = PROJECT_ROOT / "model_repository"
-SHIPPED_ENSEMBLES = (ENSEMBLE, "food11_pipeline_topk", CLASSIFY_ENSEMBLE)
-ARCHITECTURE = (PROJECT_ROOT / "docs" / "architecture.md").read_text()
-API = (PROJECT_ROOT / "docs" / "api.md").read_text()
+DOCS = PROJECT_ROOT / "docs"
+API = (DOCS / "api.md").read_text()
+DRAWN_ENSEMBLES = drawn_ensembles(REPOSITORY, dag_drawing(DOCS))
 
 
-def drawing() -> str:
-    """The DAG's drawing: the fenced block under '## The DAG'."""
-    section = ARCHITECTURE[ARCHITECTURE.index("## The DAG") :]
-    return section[section.index("```\n") + 4 : section.index("\n```", section.index("```\n") + 4)]
+def test_every_drawn_step_is_in_the_repository_and_the_contracts_ensembles_are_drawn():
+    """Fails for a step the drawing draws that the repository lacks (renamed or removed), or a drawing that no
+    longer names food11_pipeline or food11_classify."""
+    assert drawing_names_problems(REPOSITORY, DOCS) == []
 
 
-@pytest.mark.parametrize("ensemble", SHIPPED_ENSEMBLES)
-def test_the_drawing_names_every_step_and_the_tensors_it_maps(ensemble):
-    config = parse_config(REPOSITORY / ensemble / "config.pbtxt")
-    drawn = drawing()
-    missing = []
-    for step in config.ensemble_scheduling.step:
-        if not re.search(rf"\b{re.escape(step.model_name)}\s{{2,}}Python", drawn):  # "classifier   Python+ONNX Rt"
-            missing.append(f"step {step.model_name}")
-        for tensor in [
-            *step.input_map.keys(),
-            *step.input_map.values(),
-            *step.output_map.keys(),
-            *step.output_map.values(),
-        ]:
-            if not re.search(rf"\b{re.escape(tensor)}\b", drawn):
-                missing.append(f"{step.model_name}'s tensor {tensor}")
-    assert not missing, f"docs/architecture.md's drawing lacks {missing} of {ensemble}"
+@pytest.mark.parametrize("ensemble", DRAWN_ENSEMBLES)
+def test_the_drawing_names_every_drawn_step_with_the_tensors_it_maps(ensemble):
+    """Fails for a drawn step's tensor (its own name or an ensemble tensor a drawn step reads or the ensemble
+    answers) missing from the drawing, and for a drawn step's BLS callee left undrawn."""
+    assert drawing_tensor_problems(REPOSITORY, DOCS, ensemble) == []
 
 
-@pytest.mark.parametrize("ensemble", SHIPPED_ENSEMBLES)
-def test_the_drawing_lists_each_ensembles_outputs(ensemble):
-    config = parse_config(REPOSITORY / ensemble / "config.pbtxt")
-    lines = drawing().splitlines()
-    start = next((i for i, line in enumerate(lines) if f"{ensemble} answers:" in line), None)
-    assert start is not None, f"docs/architecture.md's drawing has no '{ensemble} answers:' line"
-    listed = lines[start].split("answers:")[1]
-    for line in lines[start + 1 :]:
-        if not re.fullmatch(r"\s+[A-Z_, ]+", line):
-            break
-        listed += line
-    assert re.findall(r"[A-Z_]+", listed) == [output.name for output in config.output]
+@pytest.mark.parametrize("ensemble", DRAWN_ENSEMBLES)
+def test_the_drawing_lists_the_outputs_its_steps_make_in_each_ensemble(ensemble):
+    """Fails for an '<ensemble> answers:' list other than the outputs the drawn steps make (one added, renamed or
+    reordered), a contract output missing from it, or a listed output whose steps are not drawn."""
+    assert drawing_answers_problems(REPOSITORY, DOCS, ensemble) == []
 
 
 def test_the_api_page_lists_every_route_and_core_output():
@@ -71,10 +62,7 @@ def test_the_api_page_lists_every_route_and_core_output():
     assert [name for name in CORE_OUTPUTS if f"| `{name}` | out |" not in contract] == []
 
 
-def test_what_the_api_page_says_of_the_shipped_ensembles_extra_outputs_holds():
-    extra = [o.name for o in parse_config(REPOSITORY / ENSEMBLE / "config.pbtxt").output if o.name not in CORE_OUTPUTS]
-    if "declares the core contract alone" in API:
-        assert extra == [], "docs/api.md says food11_pipeline declares no extra outputs"
-    topk = parse_config(REPOSITORY / "food11_pipeline_topk" / "config.pbtxt")
-    for name in (o.name for o in topk.output if o.name not in CORE_OUTPUTS):
-        assert f"`{name}`" in API, f"docs/api.md does not name food11_pipeline_topk's {name}"
+def test_the_api_page_names_each_output_the_projects_steps_make_beyond_the_core_contract():
+    """Fails for an output beyond CORE_OUTPUTS that a drawn step makes in an ensemble the section names
+    (CAPTION_MODE, TOP_LABELS, TOP_PROBABILITIES today) and the section does not name."""
+    assert api_page_extra_output_problems(REPOSITORY, DOCS) == []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
+from repository_checks import ensemble_wiring_problems, settings_class, tensors
 from tritonclient.grpc import model_config_pb2
 
 from pipeline_src import PROJECT_ROOT
@@ -60,7 +61,7 @@ def test_python_steps_have_a_model_file_and_valid_parameters(name):
     config = CONFIGS[name]
     assert (REPOSITORY / name / "1" / "model.py").is_file()
     parameters = {key: value.string_value for key, value in config.parameters.items()}
-    declared = settings.declared_settings_class(parameters)
+    declared = settings_class(REPOSITORY / name / "config.pbtxt")  # importable as the stub imports it
     assert declared is not None, f"{name}: no 'settings' parameter names its settings class"
     if name in PIPELINE_STEPS:
         assert declared is PIPELINE_STEPS[name], f"{name}: the pipeline's step names {declared}"
@@ -86,39 +87,11 @@ def test_batching_steps_batch_dynamically():
         assert CONFIGS[name].HasField("dynamic_batching"), f"{name} batches, but not dynamically"
 
 
-def tensors(tensor_list) -> dict:
-    """Each tensor's (data type, dims), the type by its config name (TYPE_FP32), so that a mismatch reads as such."""
-    return {
-        tensor.name: (model_config_pb2.DataType.Name(tensor.data_type), list(tensor.dims)) for tensor in tensor_list
-    }
-
-
 @pytest.mark.parametrize("ensemble", ENSEMBLES)
 def test_ensemble_wiring_is_consistent(ensemble):
-    config = CONFIGS[ensemble]
-    steps = list(config.ensemble_scheduling.step)
-    for step in steps:
-        assert step.model_name in CONFIGS, f"unknown model {step.model_name}"
-    # Every ensemble tensor -> (dtype, dims): the inputs, then what each step produces, whatever the order of the
-    # steps in the config (Triton schedules by the tensors).
-    available = tensors(config.input)
-    for step in steps:
-        model_outputs = tensors(CONFIGS[step.model_name].output)
-        for model_output, ensemble_tensor in step.output_map.items():
-            assert model_output in model_outputs, f"{step.model_name} has no output {model_output}"
-            assert ensemble_tensor not in available, f"{ensemble_tensor} produced twice"
-            available[ensemble_tensor] = model_outputs[model_output]
-    for step in steps:
-        model = CONFIGS[step.model_name]
-        assert model.max_batch_size >= config.max_batch_size, f"{step.model_name} batches less than the ensemble"
-        model_inputs = tensors(model.input)
-        required = {tensor.name for tensor in model.input if not tensor.optional}
-        assert required <= set(step.input_map) <= set(model_inputs), f"{step.model_name}: inputs fed, none unknown"
-        for model_input, ensemble_tensor in step.input_map.items():
-            assert ensemble_tensor in available, f"{step.model_name} consumes {ensemble_tensor}, produced by no one"
-            assert available[ensemble_tensor] == model_inputs[model_input], f"{step.model_name}.{model_input}"
-    for name, spec in tensors(config.output).items():
-        assert available.get(name) == spec, f"ensemble output {name} not produced as declared"
+    """Every step a model of the repository, fed every input it requires with the type and dims it declares, from
+    a tensor that something makes once; every ensemble output made as declared (tests/repository_checks.py)."""
+    assert ensemble_wiring_problems(REPOSITORY, ensemble) == []
 
 
 def test_top_labels_declares_k_labels_per_photo_and_the_topk_ensemble_returns_them():
@@ -169,13 +142,12 @@ def test_the_expensive_steps_refuse_under_load_before_their_callers_give_up():
     assert int(parameters["waiting_timeout_microseconds"]) == policy.default_timeout_microseconds
 
 
-@pytest.mark.parametrize("name", ["preprocess", "classifier", "vision_encoder"])
+@pytest.mark.parametrize("name", [name for name, config in CONFIGS.items() if config.model_warmup])
 def test_warm_up_requests_fit_their_step(name):
     """Triton refuses to load a model whose warm-up names an unknown input, a wrong shape or a missing file."""
     config = CONFIGS[name]
     inputs = tensors(config.input)
-    (warmup,) = config.model_warmup
-    for input_name, data in warmup.inputs.items():
+    for input_name, data in (item for warmup in config.model_warmup for item in warmup.inputs.items()):
         assert (model_config_pb2.DataType.Name(data.data_type), list(data.dims)) == inputs[input_name]
         if data.input_data_file:
             raw = (REPOSITORY / name / "warmup" / data.input_data_file).read_bytes()

@@ -1,71 +1,60 @@
 """Which models each API route needs, derived from the shipped ensembles' configs (client/food11_api/
 ensemble_graph.py): /caption and /predict food11_pipeline's, /classify food11_classify's; and what the API says
-when some are not ready (step_health.py). No server: the configs are
-read from model_repository/ into the JSON Triton answers for them (tests/integration/test_api_step_health.py
-holds the same derivation to a live Triton's answers)."""
+when some are not ready (step_health.py). No server: the configs are read from model_repository/ into the JSON
+Triton answers for them (tests/integration/test_api_step_health.py holds the same derivation to a live Triton's
+answers).
+
+What each route needs is read from the repository too (tests/repository_checks.py: each ensemble's steps, and
+the BLS callees their settings classes declare), so a step of yours wired into an ensemble passes these
+(tests/unit/test_added_steps_pass_the_suite_checks.py adds two)."""
 
 from __future__ import annotations
 
 import typing
 
 import pytest
-from google.protobuf.json_format import MessageToDict
-
-from food11_api.ensemble_graph import (
-    BLS_CALLEE_SUFFIX,
-    EnsembleCall,
-    EnsembleGraph,
-    bls_callees,
-    output_names,
-    steps_of,
+from repository_checks import (
+    api_graph,
+    api_graph_problems,
+    config_json,
+    contract_ensembles,
+    declared_bls_callees,
+    ensemble_names,
+    models_built_from,
+    route_needs_problems,
+    settings_class,
 )
+
+from food11_api.ensemble_graph import BLS_CALLEE_SUFFIX, EnsembleCall, EnsembleGraph, bls_callees
 from food11_api.routes.captioning import CAPTIONING_PATHS, ensemble_calls
 from food11_api.routes.health import ProbedRoute
 from food11_api.settings import ApiSettings
 from food11_api.step_health import Readiness, refusal_detail
 from pipeline_src import PROJECT_ROOT, contract
-from pipeline_src.repository.loading import parse_config
-from pipeline_src.steps.settings import declared_settings_class
 
 REPOSITORY = PROJECT_ROOT / "model_repository"
-CLASSIFY_MODELS = ("preprocess", "classifier", "label", contract.CLASSIFY_ENSEMBLE)
-CAPTION_MODELS = (
-    "preprocess",
-    "classifier",
-    "label",
-    "vision_encoder",
-    "caption_with_label",
-    "captioner",
-    "food11_pipeline",
-)
-
-
-def config_json(model: str) -> dict:
-    """A config as Triton's get_model_config(as_json=True) answers it (MessageToJson, proto field names)."""
-    return MessageToDict(parse_config(REPOSITORY / model / "config.pbtxt"), preserving_proto_field_name=True)
+CLASSIFY_MODELS = models_built_from(REPOSITORY, contract.CLASSIFY_ENSEMBLE)  # its steps, then itself
 
 
 def shipped_graph(ensemble: str = contract.ENSEMBLE) -> EnsembleGraph:
     """What the API's monitor reads from Triton, read from the files."""
-    config = config_json(ensemble)
-    steps = steps_of(config)
-    callees = {step.model: bls_callees(config_json(step.model)) for step in steps}
-    return EnsembleGraph(ensemble, output_names(config), steps, callees)
+    return api_graph(REPOSITORY, ensemble)
 
 
-def test_the_shipped_ensemble_has_its_five_steps_and_one_bls_callee():
+@pytest.mark.parametrize("ensemble", ensemble_names(REPOSITORY))
+def test_the_api_reads_each_ensembles_steps_and_bls_callees_as_the_configs_say(ensemble):
+    """Fails where the API's reading of Triton's JSON (steps, outputs, callees by their ``*_model`` parameters)
+    differs from the config files and the settings classes' BLS_CALLS, or needs other models than those."""
+    assert api_graph_problems(REPOSITORY, ensemble) == []
+
+
+def test_the_pipelines_captioning_step_calls_the_captioner_by_bls():
+    """The one BLS call of the shipped pipeline, as the API reads it: what /readyz needs beyond the steps."""
     graph = shipped_graph()
-    assert [step.model for step in graph.steps] == [
-        "preprocess",
-        "classifier",
-        "label",
-        "vision_encoder",
-        "caption_with_label",
-    ]
     assert {step: callees for step, callees in graph.callees.items() if callees} == {
         "caption_with_label": ("captioner",)
     }
-    assert graph.models == CAPTION_MODELS  # what /readyz needs ready
+    assert graph.models.index("captioner") == graph.models.index("caption_with_label") + 1
 
 
 def shipped_readiness(ensemble: str = contract.ENSEMBLE, **look) -> Readiness:
@@ -83,18 +72,15 @@ def test_the_classify_ensemble_is_the_label_steps_alone():
     assert graph.models == graph.needed(contract.CLASSIFY_OUTPUTS) == CLASSIFY_MODELS
 
 
-@pytest.mark.parametrize("ensemble", [contract.ENSEMBLE, "food11_pipeline_topk"])
+@pytest.mark.parametrize("ensemble", contract_ensembles(REPOSITORY))
 def test_each_route_needs_the_steps_of_its_ensembles_outputs_and_their_callees(ensemble):
-    readiness = shipped_readiness(ensemble)
-    calls = ensemble_calls(ApiSettings(model_name=ensemble))
-    needed = {path: readiness.needed(calls[path]) for path in CAPTIONING_PATHS}
-    assert needed["/classify"] == CLASSIFY_MODELS  # no vision encoder, BLS step or captioner
-    everything = (*CAPTION_MODELS[:-1], *(["top_labels"] if ensemble.endswith("topk") else []), ensemble)
-    assert needed["/caption"] == needed["/predict"] == everything
-    assert readiness.needed() == (*everything, contract.CLASSIFY_ENSEMBLE)  # what /readyz needs ready
+    """With ``ensemble`` as the caption ensemble: /caption and /predict need every model it is built from,
+    /classify food11_classify's, /readyz both. Fails where the API would refuse a route for a model it does not
+    need, or answer while one it needs is down."""
+    assert route_needs_problems(REPOSITORY, ensemble) == []
 
 
-@pytest.mark.parametrize("ensemble", [contract.ENSEMBLE, "food11_pipeline_topk"])
+@pytest.mark.parametrize("ensemble", contract_ensembles(REPOSITORY))
 def test_a_call_naming_some_outputs_needs_only_the_steps_triton_runs_for_them(ensemble):
     """As a caller that still asks the caption ensemble for the label's outputs (FOOD11_API_CLASSIFY_MODEL_NAME
     set to it): Triton leaves out the captioning steps."""
@@ -103,21 +89,29 @@ def test_a_call_naming_some_outputs_needs_only_the_steps_triton_runs_for_them(en
 
 
 def test_bls_callees_are_the_steps_model_parameters():
-    assert bls_callees(config_json("caption_with_label")) == ("captioner",)
-    for model in ("preprocess", "classifier", "label", "vision_encoder", "captioner", "top_labels"):
-        assert bls_callees(config_json(model)) == (), model
+    """The API finds a step's callees by its ``*_model`` parameters: caption_with_label's captioner, and none for a
+    model whose settings class declares no BLS call (every other model of the repository)."""
+    assert bls_callees(config_json(REPOSITORY, "caption_with_label")) == ("captioner",)
+    calling_none = [
+        path.parent.name
+        for path in sorted(REPOSITORY.glob("*/config.pbtxt"))
+        if not declared_bls_callees(REPOSITORY, path.parent.name)
+    ]
+    assert "caption_with_label" not in calling_none and "captioner" in calling_none
+    for model in calling_none:
+        assert bls_callees(config_json(REPOSITORY, model)) == (), model
 
 
 @pytest.mark.parametrize("config", sorted(REPOSITORY.glob("*/config.pbtxt")), ids=lambda path: path.parent.name)
 def test_every_declared_bls_call_is_found_by_the_api_from_the_config_alone(config):
     """The API cannot import the steps' settings classes (tests/unit/test_layout.py): it finds a step's BLS
     callees by their parameter's name, so every ``BlsCall.callee_field`` must end in ``_model``."""
-    parameters = {key: value.string_value for key, value in parse_config(config).parameters.items()}
-    settings_class = declared_settings_class(parameters)
-    declared = () if settings_class is None else settings_class.BLS_CALLS
+    declared_class = settings_class(config)
+    declared = () if declared_class is None else declared_class.BLS_CALLS
     assert all(call.callee_field.endswith(BLS_CALLEE_SUFFIX) for call in declared)
-    expected = {call.callee(settings_class.from_parameters(parameters)) for call in declared} if declared else set()
-    assert set(bls_callees(config_json(config.parent.name))) == expected
+    assert set(bls_callees(config_json(REPOSITORY, config.parent.name))) == set(
+        declared_bls_callees(REPOSITORY, config.parent.name)
+    )
 
 
 def test_every_captioning_route_says_what_it_calls_and_readyz_can_probe_it():

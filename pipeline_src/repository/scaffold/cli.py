@@ -122,8 +122,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-docs",
         action="store_true",
-        help="leave docs/configuration.md alone (by default a step of this project's repository gets its "
-        "settings' rows there)",
+        help="leave docs/configuration.md alone (by default a repository with docs/configuration.md beside it, "
+        "as this project's, gets its settings' rows there)",
     )
     args = parser.parse_args(argv)
     if (args.source_dir is None) != (args.package is None):
@@ -140,10 +140,16 @@ def spec_from_args(args: argparse.Namespace) -> StepSpec:
     )
 
 
+def configuration_doc_beside(repository: Path) -> Path | None:
+    """The docs/configuration.md beside ``repository`` (this project's, for model_repository/; a copy's, for a
+    copy of the project's tree), whose table gets the new step's rows; None where there is none."""
+    doc = repository.resolve().parent / CONFIGURATION_DOC.relative_to(PROJECT_ROOT)
+    return doc if doc.is_file() else None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    documented = not args.no_docs and args.repository.resolve() == DEFAULT_REPOSITORY.resolve()
-    doc = CONFIGURATION_DOC if documented else None
+    doc = None if args.no_docs else configuration_doc_beside(args.repository)
     if args.self_contained:
         layout = Layout(args.repository, args.tests_dir, configuration_doc=doc)
     else:
