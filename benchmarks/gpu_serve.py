@@ -101,6 +101,7 @@ LOG_TAIL_BYTES = 8 * 2**20  # the end of Triton's log comes back with the result
 SERVER_ARGS = ("--allow-gpu-metrics=false",)
 CLIENT_TIMEOUT_S = 120.0  # one request of every photo, on a machine where the steps fell back to the CPU
 REFERENCE_TIMEOUT_S = 300.0
+WRITE_REFERENCE_TIMEOUT_S = 3600.0  # --write-reference: ahead of a GPU run, on a machine with time to spare
 REFERENCE_PYTHON = "REFERENCE_PYTHON"  # the interpreter the reference runs on; default: this one
 ALLOW_CPU = "FOOD11_ALLOW_CPU"  # set by scripts/device_rehearse.py: the device calls, unchanged, on a CPU
 
@@ -272,7 +273,9 @@ def served_answers(grpc_url: str, photos: list[bytes], ensemble: str = ENSEMBLE)
         }
 
 
-def hugging_face_reference(pipeline: InProcessPipeline, pixels, prompts: list[tuple[int, str]]) -> dict:
+def hugging_face_reference(
+    pipeline: InProcessPipeline, pixels, prompts: list[tuple[int, str]], timeout_s: float = REFERENCE_TIMEOUT_S
+) -> dict:
     """benchmarks/hf_reference.py in a process of its own, on ``REFERENCE_PYTHON`` (or this interpreter):
     Hugging Face fp32 ``generate``'s caption of each (row of ``pixels``, prompt)."""
     folder = SCRATCH / "reference"
@@ -295,7 +298,7 @@ def hugging_face_reference(pipeline: InProcessPipeline, pixels, prompts: list[tu
     python = os.environ.get(REFERENCE_PYTHON) or sys.executable
     script = PROJECT_ROOT / "benchmarks" / "hf_reference.py"
     done = subprocess.run(
-        [python, str(script), str(request), str(answer)], capture_output=True, text=True, timeout=REFERENCE_TIMEOUT_S
+        [python, str(script), str(request), str(answer)], capture_output=True, text=True, timeout=timeout_s
     )
     if done.returncode != 0:
         raise RuntimeError(f"{python} {script.name} exited {done.returncode}:\n{done.stderr[-3000:]}")
@@ -341,7 +344,8 @@ def write_reference(repository: Path, photos: list[bytes], path: Path) -> None:
     template = pipeline.labelling.prompt_template
     prompts = ["", *(build_prompt(template, label) for label in FOOD11_CLASSES)]
     asked = [(photo, prompt) for photo in range(len(photos)) for prompt in prompts]
-    reference = hugging_face_reference(pipeline, pixels, asked)
+    # every label's prompt for every photo (288 captions for 24): about 8 minutes on 2 cores, made once ahead
+    reference = hugging_face_reference(pipeline, pixels, asked, timeout_s=WRITE_REFERENCE_TIMEOUT_S)
     provenance = collect_provenance()
     made = {"commit": provenance.commit, "python": reference["python"], **reference["versions"]}
     carried_reference.write(path, dict(zip(reference_keys(pipeline, pixels, asked), reference["captions"])), made)
