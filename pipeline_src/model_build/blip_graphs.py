@@ -18,7 +18,6 @@ import tokenizers
 
 from pipeline_src.model_build import blip_fidelity, blip_onnx
 from pipeline_src.model_build.fast_graphs import build_fast
-from pipeline_src.model_build.int8_weights import quantize_weights_int8
 from pipeline_src.steps.captioning import TOKENIZER_FILE, blip_prompt_ids
 from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.labels import FOOD11_CLASSES
@@ -86,6 +85,9 @@ def build(snapshot: Path, paths: GraphPaths, int8: bool = False, fast: bool = Fa
         for twin in ("int8", FAST_PRECISION):  # a twin left from an earlier build is stale
             precision_file(graph, twin).unlink(missing_ok=True)
         if int8:
+            # imported here: ONNX Runtime's quantizer needs onnx_ir, which a build without int8 twins does not
+            from pipeline_src.model_build.int8_weights import quantize_weights_int8
+
             quantize_weights_int8(graph, precision_file(graph, "int8"))
     if int8:
         yield "wrote the int8-weight twins (*.int8.onnx)"

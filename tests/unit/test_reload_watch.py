@@ -16,13 +16,13 @@ from pipeline_src.serving.model_control import EXPLICIT_MODEL_CONTROL, chosen_mo
 from pipeline_src.serving.reload import (
     DEFAULT_PACKAGES,
     ChangeWatch,
-    ImportTracer,
     StepReloader,
     forget_bytecode,
     mark_modified,
     needs_forced_reload,
 )
 from pipeline_src.serving.serve import parse_args
+from pipeline_src.serving.step_imports import ImportTracer
 
 ENSEMBLE_CONFIG = 'name: "pipeline"\nplatform: "ensemble"\n'
 
