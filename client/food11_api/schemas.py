@@ -51,7 +51,9 @@ class ServedModelInfo(BaseModel):
     model: str = Field(description="the model's name in Triton", examples=["captioner"])
     version: str = Field(description="the version Triton served", examples=["1"])
     kind: str = Field(
-        description="real | stand-in | unknown (files not built by scripts/build_models.py)", examples=["stand-in"]
+        description="real | stand-in | unknown (files not built by scripts/build_models.py) | user (a model file of "
+        "yours: food11-new-step --onnx)",
+        examples=["stand-in"],
     )
     sha256: str = Field(
         description="the first 16 hex digits of the manifest's hash over the model's files: "

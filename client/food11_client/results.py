@@ -14,7 +14,7 @@ class ServedModel:
 
     model: str
     version: str
-    kind: str  # "real", "stand-in" or "unknown" (files not built by scripts/build_models.py)
+    kind: str  # "real", "stand-in", "unknown" (files not built by scripts/build_models.py) or "user" (your file)
     sha256: str  # the first 16 hex digits of the manifest's hash: tells builds apart
     source: str  # where the weights came from
     warning: str = ""  # a stand-in's, in plain words

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.model_build import user_models
 from pipeline_src.provenance import staleness
 from pipeline_src.provenance.manifest import MANIFEST_FILE
 
@@ -158,6 +159,9 @@ def build(args: argparse.Namespace) -> None:
         print(decision.describe(), flush=True)
     build_classifier(args, classifier)
     build_captioner(args, captioner)
+    # Model files of yours (food11-new-step --onnx): git-ignored, so copied again from their recorded source.
+    for line in user_models.copy_user_models(args.repository, args.force):
+        print(line)
 
 
 def main(argv=None) -> None:

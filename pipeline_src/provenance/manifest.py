@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 MANIFEST_FILE = "manifest.json"
-KINDS = ("real", "stand-in", "unknown")  # unknown: built before manifests existed, source not recorded
+# unknown: built before manifests existed, source not recorded; user: a model file of yours, copied from its source
+# (a step added by ``food11-new-step NAME --onnx FILE``)
+KINDS = ("real", "stand-in", "unknown", "user")
 
 
 def file_sha256(path: Path) -> str:

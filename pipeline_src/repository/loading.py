@@ -21,6 +21,7 @@ class ModelEntry:
     directory: Path
     config: model_config_pb2.ModelConfig | None = None  # None: missing or unparsable (already reported)
     versions: list[Path] = field(default_factory=list)  # the version folders Triton would load
+    config_path: Path | None = None  # the file read: config.pbtxt, or a configs/<name>.pbtxt variant
 
     @property
     def parsed_config(self) -> model_config_pb2.ModelConfig:
@@ -70,7 +71,7 @@ def load_models(repository: Path, report: Report, config_name: str | None = None
     for directory in sorted(path for path in repository.iterdir() if path.is_dir() and not path.name.startswith(".")):
         entry = ModelEntry(directory.name, directory)
         models[entry.name] = entry
-        config_path = config_path_for(directory, config_name)
+        config_path = entry.config_path = config_path_for(directory, config_name)
         if not config_path.is_file():
             report.error(entry.name, f"no {CONFIG_FILE} in {directory} (this project gives every model one)")
             continue

@@ -19,6 +19,19 @@ def runs_onnx_runtime(entry: ModelEntry) -> bool:
     return entry.parsed_config.platform == "onnxruntime_onnx" or entry.parsed_config.backend == "onnxruntime"
 
 
+def check_local_backend(entry: ModelEntry, report: Report) -> None:
+    """A config.pbtxt (not a configs/ variant) on Triton's onnxruntime backend serves only in NVIDIA's image: the
+    local server (tritonserver from the nvidia-pytriton wheel) has the Python backend alone and fails to load it."""
+    if runs_onnx_runtime(entry) and entry.config_path is not None and entry.config_path.parent == entry.directory:
+        report.warning(
+            entry.name,
+            f"{entry.config_path.name} runs on Triton's onnxruntime backend, which the local server (make serve: the "
+            "Python backend only) does not have: it would fail to load there. Serve the file through the Python "
+            "backend (`food11-new-step NAME --onnx FILE` writes that config, and this one as configs/onnxruntime.pbtxt "
+            "for NVIDIA's image: docs/EXTENDING.md, 'A step that is a model file')",
+        )
+
+
 def backend_model_file(entry: ModelEntry, version_dir: Path) -> Path | None:
     """The file Triton's backend loads from this version folder (default_model_filename respected),
     or None for a backend this validator does not know."""

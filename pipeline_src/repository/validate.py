@@ -5,9 +5,9 @@ after its folder; every model has the version folder and the files its backend a
 every Python step's parameters pass its typed settings class; every ensemble's graph is wired
 consistently (ensembles in ensembles too); every BLS call matches its callee; every ONNX file matches
 its model's config; every manifest.json matches the files it describes; the tensor names a step's code
-declares (``INPUTS``, ``OUTPUTS`` beside its settings class) are its config's. Lists every problem at once, one
-line each, naming model, step and tensor; exit status 1 when there is an error, 0 otherwise (warnings
-alone: 0).
+declares (``INPUTS``, ``OUTPUTS`` beside its settings class) are its config's; a config.pbtxt on Triton's
+onnxruntime backend, which the local server lacks, is a warning. Lists every problem at once, one line each,
+naming model, step and tensor; exit status 1 when there is an error, 0 otherwise (warnings alone: 0).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pipeline_src.repository.model_files import (
     PYTHON_BACKEND,
     check_backend_files,
     check_declared_files,
+    check_local_backend,
     check_manifests,
     runs_onnx_runtime,
 )
@@ -73,6 +74,7 @@ def _check_model(entry: ModelEntry, models: dict[str, ModelEntry], report: Repor
     if not config.backend and not config.platform:
         report.error(entry.name, "the config names neither a backend nor a platform")
         return
+    check_local_backend(entry, report)
     model_files = check_backend_files(entry, report)
     check_manifests(entry, report)
     if runs_onnx_runtime(entry):

@@ -158,6 +158,16 @@ class OnnxStepSettings(StepSettings):
 
 
 @dataclass(frozen=True)
+class OnnxFileSettings(OnnxStepSettings):
+    """A step that is a model file of yours, any number of inputs and outputs (``food11-new-step NAME --onnx
+    FILE``, pipeline_src.steps.onnx_file_step)."""
+
+    # A request with NaN or infinity in a float input fails alone, naming the row: most graphs would answer it
+    # with NaN, which a JSON caller cannot read. false: every value goes to the graph.
+    refuse_non_finite: bool = True
+
+
+@dataclass(frozen=True)
 class ClassifierSettings(OnnxStepSettings):
     # Its many convolutions redo their cuDNN setup on every new shape: on an H100, with sizes changing every run,
     # 97-550 ms a batch unpadded, 2.5-12 ms padded to these (benchmarks/results/gpu_batch_shapes.md).

@@ -38,6 +38,8 @@ from pipeline_src.repository.scaffold import (
     main,
     next_steps,
     plan_files,
+    plan_onnx_files,
+    read_spec,
 )
 from pipeline_src.repository.validate import validate_repository
 
@@ -372,10 +374,29 @@ def ruff_problems(files: dict[Path, str]) -> list[str]:
     return problems
 
 
+def score_graph(path: Path) -> Path:
+    """A real ONNX graph for ``--onnx``: PIXELS FP32 [N, 3, 8, 8] -> SCORE FP32 [N, 1], each photo's mean."""
+    import onnx  # the build extra, which the --onnx scaffold needs
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["PIXELS"], ["mean"], axes=[1, 2, 3], keepdims=1),
+            helper.make_node("Flatten", ["mean"], ["SCORE"], axis=1),
+        ],
+        "score",
+        [helper.make_tensor_value_info("PIXELS", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("SCORE", TensorProto.FLOAT, ["N", 1])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
 def test_the_scaffolds_files_pass_make_lint_as_written(package_layout, tmp_path):
     """Lint and format as `make lint` checks them, and mypy on the logic modules (what `make lint` type-checks
     of a step: pipeline_src/steps/NAME.py), for the default place in the source tree (planned, not written),
-    for a package of one's own and for a self-contained step, with one tensor each way and with several."""
+    for a package of one's own and for a self-contained step, with one tensor each way and with several; and a
+    step that is a model file (``--onnx``: its model.py and test, no logic module), in the tree and outside."""
     source = Layout(PROJECT_ROOT / "model_repository", DEFAULT_TESTS_DIR, PROJECT_ROOT / "pipeline_src" / "steps")
     image_quality = StepSpec(
         "image_quality",
@@ -394,6 +415,11 @@ def test_the_scaffolds_files_pass_make_lint_as_written(package_layout, tmp_path)
         ),
     ]:
         planned.update(plan_files(spec, layout))
+    onnx_spec = read_spec("score_file", score_graph(tmp_path / "score.onnx"))
+    for layout in (source, package_layout):
+        files = plan_onnx_files(onnx_spec, layout)
+        planned.update({path: text for path, text in files.items() if isinstance(text, str)})
+    assert sum(path.suffix == ".py" for path in planned) == 19  # 3 for each Python step, 2 for each model-file one
     assert ruff_problems(planned) == []
     logic_dir = tmp_path / "logic"
     logic_dir.mkdir()

@@ -11,9 +11,8 @@ added step rather than pass over it.
 
 The kinds: an image step (EXTENDING's walkthrough: it reads preprocess's ``captioner_pixels``), a text step after
 the caption ("A text step after the caption": caption_with_label maps ``CAPTION_AFTER_PROMPT`` and the step reads
-it), and an ONNX-file step (``food11-new-step --onnx FILE``), skipped while the command has no such option. The hook
-for it is its entry in ADDED_STEPS: once --onnx exists, give that entry the arguments and wiring the option needs,
-and its cases run like the others."""
+it), and a step that is a model file (``food11-new-step NAME --onnx FILE``: a tiny ONNX graph of the preprocessed
+classifier pixels, one score a photo, reading preprocess's ``classifier_pixels``)."""
 
 from __future__ import annotations
 
@@ -42,7 +41,6 @@ from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
 from pipeline_src.repository.loading import parse_config
 from pipeline_src.repository.scaffold import main as new_step
-from pipeline_src.repository.scaffold.cli import parse_args
 
 KEPT_SUFFIXES = (".pbtxt", ".py")  # what the checks read: configs and code, not the built model files
 
@@ -57,8 +55,6 @@ class AddedStep:
     arguments: tuple[str, ...]
     reads: tuple[str, ...]
     maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    needs_option: str | None = None  # a command option this kind needs, not there yet: its cases are skipped
-    skip_reason: str = ""
 
 
 ADDED_STEPS = {
@@ -73,38 +69,26 @@ ADDED_STEPS = {
         reads=("caption_after_prompt",),
         maps={"caption_with_label": {"CAPTION_AFTER_PROMPT": "caption_after_prompt"}},
     ),
-    # The hook for ONNX-file steps: a model of [n, 11] FP32 in and out (``tiny_onnx_model``) reading the label's
-    # probabilities. Adjust the arguments to what --onnx takes once it exists.
-    "onnx": AddedStep(
-        "added_onnx_scores",
-        ("--onnx", "{onnx_file}"),
-        reads=("probabilities",),
-        needs_option="--onnx",
-        skip_reason="ONNX-file steps: not scaffolded yet",
-    ),
+    # A step that is a model file (``tiny_onnx_model``): its tensors come from the graph, FP32 [3, 224, 224] in
+    # (what preprocess makes for the classifier), one score a photo out.
+    "onnx": AddedStep("added_onnx_scores", ("--onnx", "{onnx_file}"), reads=("classifier_pixels",)),
 }
 
 
-def command_takes(option: str) -> bool:
-    """Whether ``food11-new-step`` takes ``option`` with a value (argparse exits on an unknown option)."""
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            parse_args(["probe", option, "value"])
-    except SystemExit:
-        return False
-    return True
-
-
 def tiny_onnx_model(path: Path) -> Path:
-    """An ONNX model of one input and one output, FP32 [n, 11] each (a softmax): the ONNX-file step's model."""
+    """An ONNX model of the classifier's pixels, FP32 [n, 3, 224, 224], to one score a photo, FP32 [n, 1] (their
+    mean): the model-file step's."""
     import onnx  # only the ONNX case needs it
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("Softmax", ["SCORES_IN"], ["SCORES"], axis=1)],
+        [
+            helper.make_node("ReduceMean", ["PIXELS"], ["mean"], axes=[1, 2, 3], keepdims=1),
+            helper.make_node("Flatten", ["mean"], ["SCORE"], axis=1),
+        ],
         "added_scores",
-        [helper.make_tensor_value_info("SCORES_IN", TensorProto.FLOAT, ["n", 11])],
-        [helper.make_tensor_value_info("SCORES", TensorProto.FLOAT, ["n", 11])],
+        [helper.make_tensor_value_info("PIXELS", TensorProto.FLOAT, ["n", 3, 224, 224])],
+        [helper.make_tensor_value_info("SCORE", TensorProto.FLOAT, ["n", 1])],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
@@ -173,8 +157,6 @@ class Extended:
 def extended(request, tmp_path_factory) -> Iterator[Extended]:
     """A copy of the tree with one step of the parameter's kind added and wired into food11_pipeline."""
     step = ADDED_STEPS[request.param]
-    if step.needs_option and not command_takes(step.needs_option):
-        pytest.skip(step.skip_reason)
     work = tmp_path_factory.mktemp(f"added_{request.param}")
     repository, docs = copy_of_the_tree(work)
     onnx_file = tiny_onnx_model(work / "scores.onnx") if any("{onnx_file}" in a for a in step.arguments) else None

@@ -466,9 +466,21 @@ output [ {{ name: "Y", data_type: TYPE_FP32, dims: [ 4 ] }} ]
     return repo / "tiny_onnx" / "1"
 
 
-def test_an_onnxruntime_model_matching_its_file_is_valid(repo):
+LOCAL_BACKEND = "config.pbtxt runs on Triton's onnxruntime backend, which the local server"
+
+
+def test_an_onnxruntime_model_matching_its_file_is_valid_with_a_warning_that_the_local_server_cannot_load_it(repo):
     tiny_onnx(add_onnx_model(repo) / "model.onnx")
-    assert validate_repository(repo).problems == []
+    report = validate_repository(repo)
+    warning = problem(report, "tiny_onnx", LOCAL_BACKEND, "--onnx FILE", severity=Severity.WARNING)
+    assert report.ok and [str(found) for found in report.problems] == [warning]
+
+
+def test_a_native_variant_under_configs_is_no_warning(repo):
+    """The classifier's configs/onnxruntime.pbtxt, which NVIDIA's image selects, is not what the local server reads."""
+    report = validate_repository(repo, "onnxruntime")
+    assert (repo / "classifier" / "configs" / "onnxruntime.pbtxt").is_file()
+    assert report.problems == [], report.text()
 
 
 def test_an_onnxruntime_model_whose_file_has_other_shapes_or_types(repo):
@@ -493,7 +505,7 @@ def test_an_onnxruntime_model_without_its_file_and_default_model_filename(repo):
     tiny_onnx(version / "model.onnx")
     problem(validate_repository(repo), "tiny_onnx", "tiny.onnx is missing")
     (version / "model.onnx").rename(version / "tiny.onnx")
-    assert validate_repository(repo).problems == []
+    assert validate_repository(repo).errors == []
 
 
 # --- the command line --------------------------------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 One job a module: ``spec`` says what the step is and where its files go, ``render`` writes their text from
 ``templates/*.tmpl``, ``files`` plans and writes them, ``wiring`` says what to do next (with the ensemble
-tensors its inputs can take), ``cli`` is the command line, whose ``--help`` describes the whole tool.
+tensors its inputs can take), ``onnx_file`` does the same for a step that is an ONNX file (``--onnx FILE``),
+``cli`` is the command line, whose ``--help`` describes the whole tool.
 """
 
 from pipeline_src.repository.scaffold.cli import DEFAULT_REPOSITORY, DEFAULT_TESTS_DIR, main
 from pipeline_src.repository.scaffold.files import create_step, plan_files, with_configuration_rows
+from pipeline_src.repository.scaffold.onnx_file import OnnxFileSpec, create_onnx_step, plan_onnx_files, read_spec
 from pipeline_src.repository.scaffold.spec import Layout, ScaffoldError, StepSpec, Tensor, parse_dims
 from pipeline_src.repository.scaffold.wiring import ensemble_tensors, next_steps
 
@@ -14,14 +16,18 @@ __all__ = [
     "DEFAULT_REPOSITORY",
     "DEFAULT_TESTS_DIR",
     "Layout",
+    "OnnxFileSpec",
     "ScaffoldError",
     "StepSpec",
     "Tensor",
+    "create_onnx_step",
     "create_step",
     "ensemble_tensors",
     "main",
     "next_steps",
     "parse_dims",
     "plan_files",
+    "plan_onnx_files",
+    "read_spec",
     "with_configuration_rows",
 ]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.scaffold.files import create_step
+from pipeline_src.repository.scaffold.onnx_file import create_onnx_step, read_spec
 from pipeline_src.repository.scaffold.spec import (
     DATA_TYPES,
     DEFAULT_PACKAGE,
@@ -19,7 +20,7 @@ from pipeline_src.repository.scaffold.spec import (
     parse_dims,
     wire_type,
 )
-from pipeline_src.repository.scaffold.wiring import next_steps
+from pipeline_src.repository.scaffold.wiring import next_steps, onnx_next_steps
 
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
 DEFAULT_TESTS_DIR = PROJECT_ROOT / "tests" / "unit"  # the step's test needs no server
@@ -40,6 +41,14 @@ its length; a text output holds that number written out) is there to be replaced
 step needs (requests stacked into one run and split back, a bad request failing alone with an error naming the
 step).
 Every file it writes passes ``make lint`` as written.
+
+A step that is a model file: ``food11-new-step NAME --onnx FILE`` reads the graph's inputs and outputs and
+writes the config from them (batched, max_batch_size 32 or --max-batch-size, where every tensor's first dim is
+dynamic; else max_batch_size 0), copies FILE to NAME/1/model.onnx (git-ignored; NAME/model_source.json records
+FILE, from which `make models` copies it again), with its manifest (so every answer's MODELS names it), a
+1/model.py on the shared adapter pipeline_src.steps.onnx_file_step (ONNX Runtime inside the Python backend: the
+local server has no onnxruntime backend), NAME/configs/onnxruntime.pbtxt for NVIDIA's image, and a unit test
+holding the graph to the config. --input, --output, --source-dir and --package do not apply.
 
 Where the logic module goes:
   default           ``pipeline_src/steps/NAME.py``, module ``pipeline_src.steps.NAME``
@@ -112,7 +121,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="one row's shape, without the batch dimension, of a tensor that does not say its own, "
         "e.g. 4 or 3,-1 (default: 4)",
     )
-    parser.add_argument("--max-batch-size", type=int, default=StepSpec.max_batch_size, help="(default: %(default)s)")
+    parser.add_argument(
+        "--onnx",
+        type=Path,
+        metavar="FILE",
+        help="the step is this ONNX model file: its tensors, config and adapter are read from the graph",
+    )
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        help=f"(default: {StepSpec.max_batch_size}; with --onnx, 0 for a graph whose tensors do not all batch)",
+    )
     parser.add_argument(
         "--instances",
         type=int,
@@ -128,6 +147,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if (args.source_dir is None) != (args.package is None):
         parser.error("--source-dir and --package go together")
+    if args.onnx and (args.inputs or args.outputs or args.source_dir):
+        parser.error(
+            "--onnx reads the tensors from the file and needs no logic module: leave out "
+            "--input, --output, --source-dir and --package"
+        )
     return args
 
 
@@ -135,9 +159,8 @@ def spec_from_args(args: argparse.Namespace) -> StepSpec:
     def tensors(texts: list[str] | None, default: str) -> tuple[Tensor, ...]:
         return tuple(Tensor.parse(text, args.data_type, args.dims) for text in (texts or [default]))
 
-    return StepSpec(
-        args.name, tensors(args.inputs, "INPUT"), tensors(args.outputs, "OUTPUT"), args.max_batch_size, args.instances
-    )
+    batch = StepSpec.max_batch_size if args.max_batch_size is None else args.max_batch_size
+    return StepSpec(args.name, tensors(args.inputs, "INPUT"), tensors(args.outputs, "OUTPUT"), batch, args.instances)
 
 
 def configuration_doc_beside(repository: Path) -> Path | None:
@@ -150,6 +173,9 @@ def configuration_doc_beside(repository: Path) -> Path | None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     doc = None if args.no_docs else configuration_doc_beside(args.repository)
+    if args.onnx:
+        new_onnx_step(args, Layout(args.repository, args.tests_dir, configuration_doc=doc))
+        return
     if args.self_contained:
         layout = Layout(args.repository, args.tests_dir, configuration_doc=doc)
     else:
@@ -167,3 +193,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"food11-new-step: {exc}", file=sys.stderr)
         sys.exit(2)
     print(next_steps(spec, layout, created))
+
+
+def new_onnx_step(args: argparse.Namespace, layout: Layout) -> None:
+    """``--onnx FILE``: the step is the file (pipeline_src.repository.scaffold.onnx_file)."""
+    try:
+        spec = read_spec(args.name, args.onnx, args.max_batch_size, args.instances)
+        created = create_onnx_step(spec, layout)
+    except ScaffoldError as exc:
+        print(f"food11-new-step: {exc}", file=sys.stderr)
+        sys.exit(2)
+    print(onnx_next_steps(spec, layout, created))

@@ -9,6 +9,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from pipeline_src.repository.loading import parse_config
+from pipeline_src.repository.scaffold.onnx_file import OnnxFileSpec
 from pipeline_src.repository.scaffold.spec import Layout, StepSpec, dims_text
 
 
@@ -68,15 +69,16 @@ def _wiring_hint(spec: StepSpec, layout: Layout) -> list[str]:
     return lines
 
 
+def shown(path: Path) -> str:
+    """A path as the printed text names it: relative to the working directory where it lies under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def next_steps(spec: StepSpec, layout: Layout, created: list[Path]) -> str:
     """What ``food11-new-step`` prints: the files, then what to do with them."""
-
-    def shown(path: Path) -> str:
-        try:
-            return str(path.resolve().relative_to(Path.cwd().resolve()))
-        except ValueError:
-            return str(path)
-
     logic, test = shown(layout.logic_file(spec.name)), shown(layout.test_file(spec.name))
     config = shown(layout.model_dir(spec.name) / "config.pbtxt")
     inputs = ", ".join(tensor.describe() for tensor in spec.inputs)
@@ -107,5 +109,34 @@ def next_steps(spec: StepSpec, layout: Layout, created: list[Path]) -> str:
         f"     .venv/bin/food11-perf-analyzer -m {spec.name} -u 127.0.0.1:8001 -i grpc "
         f"--input-data build/perf_input/{spec.name}.json",
         "     (docs/EXTENDING.md, 'Profiling a step').",
+    ]
+    return "\n".join(lines)
+
+
+def onnx_next_steps(spec: OnnxFileSpec, layout: Layout, created: list[Path]) -> str:
+    """What ``food11-new-step NAME --onnx FILE`` prints: the files, then what to do with them."""
+    model_dir = layout.model_dir(spec.name)
+    inputs = ", ".join(tensor.describe() for tensor in spec.inputs)
+    outputs = ", ".join(tensor.describe() for tensor in spec.outputs)
+    lines = [
+        f"Created the step '{spec.name}' from {shown(spec.source)} ({inputs} -> {outputs}, "
+        f"max_batch_size {spec.max_batch_size}):",
+        *(f"  {shown(path)}" for path in created),
+        "Next:",
+        f"  1. Test it:            .venv/bin/python -m pytest {shown(layout.test_file(spec.name))} -q",
+        f"  2. The model file:     {shown(model_dir / '1' / 'model.onnx')} is a copy, git-ignored (this project's",
+        "     .gitignore: model_repository/*/1/model.onnx). model_source.json records where it came from: on a",
+        "     fresh clone, or once you change the file there, `make models` copies it again and rewrites",
+        "     1/manifest.json (kind 'user'), through which every answer's MODELS names it. Commit config.pbtxt,",
+        "     configs/, 1/model.py and model_source.json; keep the file where the record says (inside the project,",
+        "     the path is relative to its root).",
+        "  3. Wire it into an ensemble (docs/EXTENDING.md, 'A step that is a model file'): in its",
+        "     ensemble_scheduling, a step",
+        *_wiring_hint(spec, layout),
+        f"  4. Validate:           .venv/bin/food11-validate {shown(layout.repository)}",
+        "  5. Serve:              make serve runs it through 1/model.py (ONNX Runtime in the Python backend);",
+        "     NVIDIA's image runs configs/onnxruntime.pbtxt natively (tritonserver --model-config-name=onnxruntime).",
+        "     Its settings (onnx_file, intra_op_threads, gpu_batch_sizes, refuse_non_finite) are config.pbtxt's",
+        "     parameters.",
     ]
     return "\n".join(lines)
