@@ -227,22 +227,29 @@ def test_make_models_copies_the_file_again_on_a_fresh_clone(model_repository, tm
 
 
 @contextlib.contextmanager
-def served_step(model_repository: Path, triton_grpc, tmp_path: Path):
-    """The step scaffolded into the session server's repository and loaded, with the label step loaded again so
-    that it reads the step's manifest; afterwards the step unloaded, its folder removed and the label loaded
-    again as it was."""
+def served_step(model_repository: Path, triton_grpc, tmp_path: Path, batch: int | str = "N"):
+    """The step scaffolded into the session server's repository (from a graph of ``batch`` rows) and loaded,
+    with the label step loaded again so that it reads the step's manifest; afterwards the step unloaded, its
+    folder removed and the label loaded again as it was, without it. Triton reloads a model, rather than keep
+    its instances, only for a config change beyond its instance groups: the label's batching delay, a
+    microsecond longer while the step serves."""
     name = unique("score")
-    create_onnx_step(read_spec(name, score_graph(tmp_path / "score.onnx")), Layout(model_repository, tmp_path))
+    graph = score_graph(tmp_path / "score.onnx", batch=batch)
+    create_onnx_step(read_spec(name, graph), Layout(model_repository, tmp_path))
+    label = triton_grpc.get_model_config("label", as_json=True)["config"]
+    longer = json.loads(json.dumps(label))
+    delay = int(label["dynamic_batching"].get("max_queue_delay_microseconds", 0))
+    longer["dynamic_batching"]["max_queue_delay_microseconds"] = str(delay + 1)
     try:
         triton_grpc.load_model(name)
-        triton_grpc.load_model("label")
+        triton_grpc.load_model("label", config=json.dumps(longer))
         yield name
     finally:
         try:
             triton_grpc.unload_model(name)
         finally:
             shutil.rmtree(model_repository / name)
-            triton_grpc.load_model("label")
+            triton_grpc.load_model("label", config=json.dumps(label))
 
 
 @pytest.fixture
@@ -306,3 +313,13 @@ def test_every_answer_names_the_model_file(triton_grpc, onnx_step_in_server):
     assert models[onnx_step_in_server]["kind"] == "user"
     assert models[onnx_step_in_server]["source"].endswith("score.onnx")
     assert "classifier" in models  # beside the built models, not instead of them
+
+
+@pytest.mark.integration
+def test_a_step_whose_graph_does_not_batch_takes_each_request_as_one_run(model_repository, triton_grpc, tmp_path):
+    with served_step(model_repository, triton_grpc, tmp_path, batch=1) as name:
+        assert parse_config(model_repository / name / "config.pbtxt").max_batch_size == 0
+        np.testing.assert_allclose(infer(triton_grpc, name, pixels(0.5)).as_numpy("SCORE"), [[0.5]])
+        with pytest.raises(InferenceServerException, match=f"{name}: PIXELS: row 1 of 1 holds NaN") as caught:
+            infer(triton_grpc, name, pixels(np.nan))
+        assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
