@@ -228,7 +228,9 @@ class Run:
 
     def save(self) -> None:
         """The results so far and the end of Triton's log, in OUT: a run killed later still leaves both."""
-        self.result["targets"] = targets(self.result.get("perf_analyzer", []), self.result.get("captions", {}))
+        self.result["targets"] = targets(
+            self.result.get("perf_analyzer", []), self.result.get("captions", {}), self.result.get("mode") == "fast"
+        )
         write_results(self.name, self.result, markdown(self.result), directory=OUT, provenance=self.provenance)
         copy_log_tail(self.log_file, self.name)
 
@@ -510,6 +512,7 @@ def main(argv=None) -> None:
         with run.stage("server"):
             settings = step_settings(repository, "captioner", CaptionerSettings)
             standin = standin_info(repository / "captioner" / "1" / settings.model_dir)
+            run.result["mode"] = settings.mode  # exact or fast: which targets the run is held to
             run.result["blip"] = (
                 f"BLIP stand-in {standin['size']} (random weights)" if standin else "BLIP (real weights)"
             )

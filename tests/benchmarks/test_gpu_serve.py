@@ -122,7 +122,7 @@ def test_targets_are_met_missed_or_not_measured():
         {"model": "food11_pipeline", "concurrency": 1, "throughput": 30.0, "p50_ms": 40.0},
         {"model": "food11_pipeline", "concurrency": 8, "throughput": 90.0, "p50_ms": 80.0},
         {"model": "food11_pipeline", "concurrency": 32, "error": "perf_analyzer exited 99"},
-        {"model": "classifier", "concurrency": 16, "throughput": 1300.0, "p50_ms": 10.0},
+        {"model": "classifier", "concurrency": 16, "throughput": 2600.0, "p50_ms": 10.0},
     ]
     captions = {
         "in one request": {"identical": 12, "total": 12},
@@ -133,11 +133,22 @@ def test_targets_are_met_missed_or_not_measured():
         "ensemble p50 at concurrency 1": ("met", 40.0),
         "ensemble throughput at concurrency 8": ("MISSED", 90.0),
         "ensemble throughput at concurrency 32": ("not measured", ""),
-        "classifier throughput at concurrency 16": ("met", 1300.0),
+        "classifier throughput at concurrency 16": ("met", 2600.0),
         "served captions identical to Hugging Face fp32 generate": ("MISSED", "23 of 24"),
     }
     nothing = {check["met"] for check in targets([], {})}
     assert nothing == {"not measured"}
+
+
+def test_the_fast_mode_is_held_to_its_throughput_at_64_and_99_percent_of_the_exact_captions():
+    rows = [{"model": "food11_pipeline", "concurrency": 64, "throughput": 850.0, "p50_ms": 70.0}]
+    met = {check["target"]: check["met"] for check in targets(rows, {"each": {"identical": 99, "total": 100}}, True)}
+    assert met == {
+        "fast mode: ensemble throughput at concurrency 64": "met",
+        "fast mode: captions identical to the exact path's (Hugging Face fp32 generate)": "met",
+    }
+    fewer = targets(rows, {"each": {"identical": 98, "total": 100}}, fast=True)
+    assert fewer[-1]["met"] == "MISSED"
 
 
 def test_the_markdown_of_a_run_that_stopped_early_says_where_and_that_there_was_no_gpu():
