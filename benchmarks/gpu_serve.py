@@ -379,7 +379,10 @@ def compare_with_hugging_face(
 
 
 def _answer(answer: CaptionResult) -> dict:
-    return {key: getattr(answer, key) for key in ("label", "probability", "caption", "caption_status")}
+    """What the results keep of an answer: with which mode made its caption (CAPTION_MODE: exact, or fast with the
+    steps its guard redid exactly), so the fast mode's fidelity is reported per photo."""
+    kept = {key: getattr(answer, key) for key in ("label", "probability", "caption", "caption_status")}
+    return {**kept, "caption_mode": answer.extra.get("CAPTION_MODE")}
 
 
 def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: dict[str, Path], args) -> None:
