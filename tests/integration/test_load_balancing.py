@@ -9,6 +9,7 @@ import tritonclient.grpc as grpcclient
 from helpers import APPLE
 
 from pipeline_src.contract import CLASSIFY_ENSEMBLE
+from pipeline_src.serving.errors import TritonStartError
 from pipeline_src.serving.launcher import Ports, TritonServer, free_port
 
 pytestmark = pytest.mark.integration
@@ -33,11 +34,23 @@ def two_tritons(model_repository, tmp_path_factory):
         )
     try:
         for server in servers:
-            server.start()
+            start_once_more_if_it_aborts(server)
         yield servers
     finally:
         for server in servers:
             server.stop()
+
+
+def start_once_more_if_it_aborts(server: TritonServer) -> None:
+    """The wheel's tritonserver 2.51 has aborted while starting (gRPC's event engine: "epoll_ctl failed: Bad file
+    descriptor", exit -6) once in three suite runs here; make serve's supervisor would start it again, so this does
+    too, once. A failure to load a step is not retried: it is no abort."""
+    try:
+        server.start()
+    except TritonStartError as exc:
+        if "exited with code -6" not in str(exc) or "a step failed to load" in str(exc):
+            raise
+        server.start()
 
 
 def ensemble_requests(server: TritonServer) -> int:
