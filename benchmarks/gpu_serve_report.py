@@ -177,30 +177,18 @@ def _row(rows: Sequence[Mapping], model: str, concurrency: int) -> Mapping | Non
     )
 
 
-def _fast_targets(rows: Sequence[Mapping], captions: Mapping[str, Mapping]) -> list[dict]:
-    checks = []
-    for concurrency, goal in FAST_IMG_PER_S_AT.items():
-        row = _row(rows, ENSEMBLE, concurrency)
-        value = row["throughput"] if row else None
-        checks.append(
-            _check(
-                f"fast mode: ensemble throughput at concurrency {concurrency}",
-                f">= {goal:g} img/s",
-                value,
-                None if value is None else value >= goal,
-            )
-        )
+def _throughput(rows: Sequence[Mapping], model: str, concurrency: int, goal: float, target: str, unit: str) -> dict:
+    row = _row(rows, model, concurrency)
+    value = row["throughput"] if row else None
+    return _check(target, f">= {goal:g} {unit}", value, None if value is None else value >= goal)
+
+
+def _identical(captions: Mapping[str, Mapping], target: str, goal: str, share: float) -> dict:
+    """How many served captions equal the reference's, against ``share`` of them (1.0: all)."""
     identical = sum(check["identical"] for check in captions.values())
     total = sum(check["total"] for check in captions.values())
-    checks.append(
-        _check(
-            "fast mode: captions identical to the exact path's (Hugging Face fp32 generate)",
-            f">= {FAST_MIN_IDENTICAL:.0%}",
-            f"{identical} of {total}" if total else None,
-            (identical >= FAST_MIN_IDENTICAL * total) if total else None,
-        )
-    )
-    return checks
+    met = (identical >= share * total) if total else None
+    return _check(target, goal, f"{identical} of {total}" if total else None, met)
 
 
 def _check(target: str, goal: str, value, met: bool | None) -> dict:
@@ -216,47 +204,40 @@ def targets(rows: Sequence[Mapping], captions: Mapping[str, Mapping], fast: bool
     a ``compare_captions`` result per way the photos were sent. ``fast``: the captioner's fast mode, held to its
     own targets (throughput at 64, and captions identical to the exact path's, which are Hugging Face fp32's)."""
     if fast:
-        return _fast_targets(rows, captions)
-    checks = []
+        return [
+            *(
+                _throughput(
+                    rows, ENSEMBLE, level, goal, f"fast mode: ensemble throughput at concurrency {level}", "img/s"
+                )
+                for level, goal in FAST_IMG_PER_S_AT.items()
+            ),
+            _identical(
+                captions,
+                "fast mode: captions identical to the exact path's (Hugging Face fp32 generate)",
+                f">= {FAST_MIN_IDENTICAL:.0%}",
+                FAST_MIN_IDENTICAL,
+            ),
+        ]
     at_one = _row(rows, ENSEMBLE, 1)
     p50 = at_one["p50_ms"] if at_one else None
-    checks.append(
+    return [
         _check(
             "ensemble p50 at concurrency 1", f"<= {P50_AT_1_MS:g} ms", p50, None if p50 is None else p50 <= P50_AT_1_MS
-        )
-    )
-    for concurrency, goal in IMG_PER_S_AT.items():
-        row = _row(rows, ENSEMBLE, concurrency)
-        value = row["throughput"] if row else None
-        checks.append(
-            _check(
-                f"ensemble throughput at concurrency {concurrency}",
-                f">= {goal:g} img/s",
-                value,
-                None if value is None else value >= goal,
-            )
-        )
-    row = _row(rows, "classifier", CLASSIFIER_CONCURRENCY)
-    value = row["throughput"] if row else None
-    checks.append(
-        _check(
+        ),
+        *(
+            _throughput(rows, ENSEMBLE, level, goal, f"ensemble throughput at concurrency {level}", "img/s")
+            for level, goal in IMG_PER_S_AT.items()
+        ),
+        _throughput(
+            rows,
+            "classifier",
+            CLASSIFIER_CONCURRENCY,
+            CLASSIFIER_INFER_PER_S,
             f"classifier throughput at concurrency {CLASSIFIER_CONCURRENCY}",
-            f">= {CLASSIFIER_INFER_PER_S:g} infer/s",
-            value,
-            None if value is None else value >= CLASSIFIER_INFER_PER_S,
-        )
-    )
-    identical = sum(check["identical"] for check in captions.values())
-    total = sum(check["total"] for check in captions.values())
-    checks.append(
-        _check(
-            "served captions identical to Hugging Face fp32 generate",
-            "all",
-            f"{identical} of {total}" if total else None,
-            (identical == total) if total else None,
-        )
-    )
-    return checks
+            "infer/s",
+        ),
+        _identical(captions, "served captions identical to Hugging Face fp32 generate", "all", 1.0),
+    ]
 
 
 # --- the markdown ---------------------------------------------------------------------------------------------
