@@ -40,6 +40,16 @@ def with_configuration_rows(text: str, rows: Sequence[str]) -> str | None:
     return head + found + "\n".join([*lines[: last + 1], *rows, *lines[last + 1 :]])
 
 
+def plan_configuration_rows(files: dict, layout: Layout, rows: Sequence[str]) -> None:
+    """Adds the layout's docs/configuration.md, with ``rows`` in its table, to the ``files`` to write (where it
+    has one, with that table)."""
+    doc = layout.configuration_doc
+    if doc is not None and doc.is_file():
+        updated = with_configuration_rows(doc.read_text(encoding="utf-8"), rows)
+        if updated is not None:
+            files[doc] = updated
+
+
 def plan_files(spec: StepSpec, layout: Layout) -> dict[Path, str]:
     """Every file of the new step and its text (docs/configuration.md too, when the layout names it);
     writes nothing."""
@@ -59,11 +69,7 @@ def plan_files(spec: StepSpec, layout: Layout) -> dict[Path, str]:
                 f"{path.name} would have line(s) {long} longer than {LINE_LENGTH} characters: shorten the names"
             )
     text_format.Parse(files[model_dir / "config.pbtxt"], model_config_pb2.ModelConfig())  # raises on a bad name
-    doc = layout.configuration_doc
-    if doc is not None and doc.is_file():
-        updated = with_configuration_rows(doc.read_text(encoding="utf-8"), _configuration_rows(spec))
-        if updated is not None:
-            files[doc] = updated
+    plan_configuration_rows(files, layout, _configuration_rows(spec))
     return files
 
 

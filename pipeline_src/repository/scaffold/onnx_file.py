@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2
 from pipeline_src.provenance.manifest import MANIFEST_FILE, Manifest
 from pipeline_src.provenance.model_source import SOURCE_RECORD, USER_KIND, ModelSource, recorded_source
 from pipeline_src.repository.onnx_io import ONNX_TO_TRITON
-from pipeline_src.repository.scaffold.files import with_configuration_rows
+from pipeline_src.repository.scaffold.files import plan_configuration_rows
 from pipeline_src.repository.scaffold.render import LINE_LENGTH, _config_tensors, _imports, _relative, render
 from pipeline_src.repository.scaffold.spec import NUMERIC_TYPES, Layout, ScaffoldError, StepSpec, Tensor
 from pipeline_src.steps.settings import OnnxFileSettings
@@ -176,11 +176,7 @@ def plan_onnx_files(spec: OnnxFileSpec, layout: Layout) -> dict[Path, str | byte
     }
     for config in (model_dir / "config.pbtxt", model_dir / NATIVE_CONFIG):
         text_format.Parse(str(files[config]), model_config_pb2.ModelConfig())  # raises on a name Triton refuses
-    doc = layout.configuration_doc
-    if doc is not None and doc.is_file():
-        updated = with_configuration_rows(doc.read_text(encoding="utf-8"), _configuration_rows(spec.name))
-        if updated is not None:
-            files[doc] = updated
+    plan_configuration_rows(files, layout, _configuration_rows(spec.name))
     return files
 
 
