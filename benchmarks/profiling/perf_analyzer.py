@@ -187,8 +187,10 @@ def cache_refusal(args: Sequence[str]) -> str | None:
         cached = answers_from_cache(served_config(model, url, protocol))
     except Exception:  # no server, no model: perf_analyzer says so in its own words
         return None
-    if not cached:
-        return None
+    return cached_model_refusal(model) if cached else None
+
+
+def cached_model_refusal(model: str) -> str:
     return (
         f"{model} is served with Triton's response cache on (make serve's CACHE_MIB): perf_analyzer repeats its "
         "inputs, so nearly every request would be a cache hit and the figures would measure the cache, not the "
@@ -197,12 +199,8 @@ def cache_refusal(args: Sequence[str]) -> str | None:
     )
 
 
-def decoupled(model: str, grpc_url: str) -> bool:
-    """Whether the served ``model`` is decoupled (its config's ``model_transaction_policy``)."""
-    import tritonclient.grpc as grpcclient
-
-    with grpcclient.InferenceServerClient(grpc_url) as client:
-        config = client.get_model_config(model, as_json=True)["config"]
+def decoupled(config: dict) -> bool:
+    """Whether a served model is decoupled (its config's ``model_transaction_policy``)."""
     return bool(config.get("model_transaction_policy", {}).get("decoupled"))
 
 
@@ -223,8 +221,9 @@ def measure(
     ``bls_composing``: models a BLS step of ``model`` calls, reported with the ensemble's composing models.
     ``timeout_s``: a run that has not finished by then is killed and reported as failed. A model served with the
     response cache on is refused (``cache_refusal``): these figures are the pipeline's."""
-    if answers_from_cache(served_config(model, grpc_url)):
-        raise PerfAnalyzerFailed(cache_refusal(["-m", model, "-u", grpc_url, "-i", "grpc"]) or "response cache on")
+    config = served_config(model, grpc_url)
+    if answers_from_cache(config):
+        raise PerfAnalyzerFailed(cached_model_refusal(model))
     args = [
         "-m",
         model,
@@ -250,7 +249,7 @@ def measure(
     ]
     if bls_composing:
         args.append(f"--bls-composing-models={','.join(bls_composing)}")
-    if decoupled(model, grpc_url):
+    if decoupled(config):
         args.append("--streaming")  # a decoupled model answers over gRPC streams only (the captioner)
     csv_path.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
     try:
