@@ -181,7 +181,7 @@ class StepReloader:
         self.validate = validate
         self.failed_reloads = 0  # Triton 2.51 then waits its whole exit timeout when it stops (serve.py says so)
         self.refused: dict[str, list[Path]] = {}  # changes the validator refused: loaded with the next one it passes
-        self.served: set[str] | None = None  # every model seen serving: one that fell is loaded at its next change
+        self.served: set[str] = set()  # every model seen serving: one that fell is loaded at its next change
         self._roots = [self.watch.repository, *(folder.parent for folder in packages.values())]
 
     def poll(self) -> bool:
@@ -194,7 +194,7 @@ class StepReloader:
         except OSError as unreachable:
             self.report(f"reload: skipped, Triton's index did not answer: {unreachable}")
             return False
-        self.served = (self.served or set()) | loaded
+        self.served |= loaded
         for model, changed in self.refused.items():
             affected[model] = sorted({*affected.get(model, []), *changed})
         self.refused = {}
@@ -224,7 +224,7 @@ class StepReloader:
 
     def reload(self, model: str, changed: list[Path], folder: Path | None, loaded: set[str]) -> None:
         why = f"reload: {model} ({self.describe(changed)} changed)"
-        fallen = model in (self.served or set()) - loaded  # it served, then a failed load took it down
+        fallen = model in self.served - loaded  # it served, then a failed load took it down
         if folder is None or (model not in loaded and not fallen):
             self.report(f"{why}: skipped, not loaded in Triton")
             return
