@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
+from pipeline_src.steps.batching import NUMPY_TYPES
+from pipeline_src.steps.onnx_contract import ORT_TO_TRITON
 from pipeline_src.steps.precision import PrecisionChoice, precision_file
 from pipeline_src.steps.settings import OnnxStepSettings, PrecisionSettings
 
 log = logging.getLogger(__name__)
+Arrays = Mapping[str, np.ndarray]
 
 
 @functools.cache
@@ -74,12 +77,65 @@ def onnx_session(
     return ort.InferenceSession(str(path), options, providers=execution_providers(on_gpu, device_id, cuda_graph))
 
 
+class OnnxFileModel:
+    """One ONNX file, every input fed and the ``outputs`` asked for (default: all the graph's), run once for a whole
+    stacked batch of requests (so without a CPU arena: its activations are not worth keeping for good). With
+    ``batch_sizes`` (a GPU instance's ``gpu_batch_sizes``), a batch runs zero-padded up to the smallest of them that
+    holds it, on that size's own session, and a batch larger than all of them in chunks of the largest: each session
+    sees one shape. The rows are independent (inference: no batch statistics), so padding changes no row's answer."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        on_gpu: bool = False,
+        device_id: int = 0,
+        intra_op_threads: int = 0,
+        outputs: Sequence[str] = (),
+        batch_sizes: Sequence[int] = (),
+    ):
+        self.batch_sizes = tuple(batch_sizes)
+        self.sessions = {
+            size: onnx_session(path, on_gpu, device_id, intra_op_threads, cpu_arena=False)
+            for size in self.batch_sizes or (None,)
+        }
+        self.session = next(iter(self.sessions.values()))
+        self.inputs = [arg.name for arg in self.session.get_inputs()]
+        self.outputs = list(outputs) or [arg.name for arg in self.session.get_outputs()]
+
+    @property
+    def providers(self) -> list[str]:
+        return self.session.get_providers()
+
+    def __call__(self, batch: Arrays) -> dict[str, np.ndarray]:
+        if not self.batch_sizes:
+            return self._run(self.session, batch)
+        rows, largest = len(next(iter(batch.values()))), self.batch_sizes[-1]
+        if rows > largest:
+            parts = [
+                self({name: array[start : start + largest] for name, array in batch.items()})
+                for start in range(0, rows, largest)
+            ]
+            return {name: np.concatenate([part[name] for part in parts]) for name in self.outputs}
+        size = next(size for size in self.batch_sizes if size >= rows)
+        padded = {name: _padded(array, size) for name, array in batch.items()}
+        return {name: array[:rows] for name, array in self._run(self.sessions[size], padded).items()}
+
+    def _run(self, session: ort.InferenceSession, batch: Arrays) -> dict[str, np.ndarray]:
+        return dict(zip(self.outputs, session.run(self.outputs, {name: batch[name] for name in self.inputs})))
+
+    def warm_up(self) -> None:
+        """Each padded size's session runs once on zeros of its inputs' own types (its one-time setup for its shape, at
+        load rather than at the first request), where every input's row shape is fixed."""
+        rows = {arg.name: (arg.shape[1:], numpy_type(arg.type)) for arg in self.session.get_inputs()}
+        if all(dtype is not None and all(isinstance(dim, int) for dim in shape) for shape, dtype in rows.values()):
+            for size in self.batch_sizes:
+                zeros = {name: np.zeros((size, *shape), dtype) for name, (shape, dtype) in rows.items()}
+                self._run(self.sessions[size], zeros)
+
+
 class OnnxModel:
-    """A one-input, one-output ONNX model (the classifier, the vision encoder): one session run for a
-    whole stacked batch of requests (so without a CPU arena). With ``batch_sizes`` (a GPU instance's
-    ``gpu_batch_sizes``), a batch runs zero-padded up to the smallest of them that holds it, on that size's
-    own session, and a batch larger than all of them in chunks of the largest: each session sees one shape.
-    The rows are independent (inference: no batch statistics), so padding changes no row's answer."""
+    """A one-input, one-output ``OnnxFileModel`` (the classifier, the vision encoder), called with the input's array,
+    its padded sessions warmed at load; ``choice``: which precision and why, where the step has a choice."""
 
     def __init__(
         self,
@@ -90,18 +146,13 @@ class OnnxModel:
         choice: PrecisionChoice | None = None,
         batch_sizes: Sequence[int] = (),
     ):
-        self.batch_sizes = tuple(batch_sizes)
-        self.sessions = {
-            size: onnx_session(onnx_path, on_gpu, device_id, intra_op_threads, cpu_arena=False)
-            for size in self.batch_sizes or (None,)
-        }
-        self.session = next(iter(self.sessions.values()))
+        self.model = OnnxFileModel(onnx_path, on_gpu, device_id, intra_op_threads, batch_sizes=batch_sizes)
+        self.session = self.model.session
         (self.input,) = self.session.get_inputs()
         self.output = self.session.get_outputs()[0]
-        self.choice = choice  # which precision and why, where the step has a choice
-        if all(isinstance(dim, int) for dim in self.input.shape[1:]):
-            for size in self.batch_sizes:  # each session's one-time setup for its shape, before the first request
-                self(np.zeros((size, *self.input.shape[1:]), np.float32))
+        self.model.outputs = [self.output.name]
+        self.choice = choice
+        self.model.warm_up()
 
     @classmethod
     def from_settings(
@@ -121,18 +172,20 @@ class OnnxModel:
 
     @property
     def providers(self) -> list[str]:
-        return self.session.get_providers()
+        return self.model.providers
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
-        if not self.batch_sizes:
-            return self._run(self.session, batch)
-        largest = self.batch_sizes[-1]
-        if len(batch) > largest:
-            return np.concatenate([self(batch[start : start + largest]) for start in range(0, len(batch), largest)])
-        size = next(size for size in self.batch_sizes if size >= len(batch))
-        padded = np.zeros((size, *batch.shape[1:]), batch.dtype)
-        padded[: len(batch)] = batch
-        return self._run(self.sessions[size], padded)[: len(batch)]
+        return self.model({self.input.name: batch})[self.output.name]
 
-    def _run(self, session: ort.InferenceSession, batch: np.ndarray) -> np.ndarray:
-        return session.run([self.output.name], {self.input.name: batch})[0]
+
+def numpy_type(ort_type: str) -> np.dtype | None:
+    """The numpy type of an ONNX Runtime type string (``tensor(float)``), None for one numpy does not hold."""
+    name = NUMPY_TYPES.get(ORT_TO_TRITON.get(ort_type, ""))
+    return np.dtype(name) if name else None
+
+
+def _padded(array: np.ndarray, size: int) -> np.ndarray:
+    """``array`` with zero rows appended up to ``size`` rows (the rows are independent: inference only)."""
+    padded = np.zeros((size, *array.shape[1:]), array.dtype)
+    padded[: len(array)] = array
+    return padded

@@ -18,7 +18,8 @@ from pipeline_src.provenance.manifest import read_manifest, verify
 from pipeline_src.provenance.model_source import ModelSource, recorded_source
 from pipeline_src.provenance.served import served_identity
 from pipeline_src.repository.scaffold import Layout, create_onnx_step, read_spec
-from pipeline_src.steps.onnx_file import OnnxFileModel, non_finite_problem, numpy_type, shape_groups
+from pipeline_src.steps.onnx_file import non_finite_problem, shape_groups
+from pipeline_src.steps.onnx_runtime import OnnxFileModel, numpy_type
 
 
 def two_by_two_graph(path: Path) -> Path:

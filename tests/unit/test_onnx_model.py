@@ -28,7 +28,7 @@ def test_a_padded_batch_answers_each_row_as_the_batch_as_it_came(classifier_path
 def test_each_padded_size_has_its_own_session_and_sees_only_its_shape(classifier_path):
     model = OnnxModel(classifier_path, batch_sizes=(1, 4))
     seen: dict[int, set[int]] = {1: set(), 4: set()}
-    for size, session in model.sessions.items():
+    for size, session in model.model.sessions.items():
         run = session.run
 
         def spy(names, feeds, _run=run, _size=size):
@@ -44,4 +44,15 @@ def test_each_padded_size_has_its_own_session_and_sees_only_its_shape(classifier
 def test_padding_applies_on_a_gpu_instance_only(model_repository):
     settings = ClassifierSettings(gpu_batch_sizes="1,8")
     version = model_repository / "classifier" / "1"
-    assert OnnxModel.from_settings(settings, version, on_gpu=False).batch_sizes == ()
+    assert OnnxModel.from_settings(settings, version, on_gpu=False).model.batch_sizes == ()
+
+
+def test_padded_sessions_warm_up_on_zeros_of_the_inputs_own_type(model_repository):
+    """The vision encoder takes uint8 pixels: each padded size's session runs once at load on uint8 zeros (float
+    zeros would fail its load with ONNX Runtime's type error), then answers as the unpadded model."""
+    vision = model_repository / "vision_encoder" / "1" / "model.onnx"
+    model = OnnxModel(vision)
+    assert model.input.type == "tensor(uint8)"
+    padded = OnnxModel(vision, batch_sizes=(1, 2))
+    pixels = np.random.default_rng(0).integers(0, 256, (2, *model.input.shape[1:]), dtype=np.uint8)
+    np.testing.assert_allclose(padded(pixels[:1]), model(pixels[:1]), rtol=1e-4, atol=1e-4)
