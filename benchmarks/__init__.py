@@ -1,6 +1,7 @@
-"""Measuring the product, beside it: one module per benchmark (``python -m benchmarks.<name>``), the library
-they share (``lib``), the profiling tools users run against a server (``profiling``: perf_analyzer, its input
-data, trace summaries) and the figures (``results/``).
+"""Measuring the product, beside it and apart from its distribution (benchmarks/pyproject.toml): one module per
+benchmark that a make target runs (``python -m benchmarks.<name>``), the library they share (``lib``), the
+tuning sweep (``tuning``) and the figures (``results/``).
 
-It imports the product (``pipeline_src``, ``food11_client``); the product never imports it, and neither image
-carries it (tests/unit/test_layout.py keeps both rules)."""
+It imports the product (``pipeline_src``, ``food11_client``), its profiling tools included
+(``pipeline_src.profiling``); the product never imports it, and neither its packages nor its images carry it
+(tests/unit/test_layout.py keeps these rules)."""

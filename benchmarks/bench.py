@@ -42,11 +42,11 @@ from benchmarks.lib.results import (
     write_results,
 )
 from benchmarks.lib.triton_stats import figures_since, snapshot
-from benchmarks.profiling import perf_analyzer
-from benchmarks.profiling.perf_input import write_input_data
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.api_process import ApiProcess
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports, wait_for_http
@@ -145,7 +145,7 @@ async def drive_http(url: str, photos: list[bytes], levels: list[int], total: in
 
         await run_load(call, photos, 2, 2)  # warm-up
         for concurrency in levels:
-            latencies, _, wall = await run_load(call, photos, concurrency, max(total, concurrency))
+            latencies, wall = await run_load(call, photos, concurrency, max(total, concurrency))
             rows.append({"concurrency": concurrency, **latency_summary(latencies, wall)})
             print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -186,7 +186,7 @@ def soak(triton: TritonServer, photos: list[bytes], concurrency: int, seconds: f
             return await run_load(call, photos, concurrency, 100_000, until=time.monotonic() + seconds)
 
     with MemorySampler([triton.pid], every_s=10.0) as sampler:
-        latencies, _, wall = asyncio.run(load())
+        latencies, wall = asyncio.run(load())
     return {
         "concurrency": concurrency,
         "seconds": wall,
@@ -401,8 +401,8 @@ def main(argv=None) -> None:
         asyncio.run(_warm_up(triton.grpc_url, photos))
         memory_before = server_memory_mib(triton.pid)
         rows, splits = perf_sweep(triton, input_files, args, scratch)
-        # The API's in-flight limit pinned to the highest level driven (the warm-up's 2 at least), as
-        # api_vs_grpc does: this compares serving paths; admission is measured by make overload.
+        # The API's in-flight limit pinned to the highest level driven (the warm-up's 2 at least): this
+        # compares serving paths; admission is measured by make overload.
         pinned = max(2, *args.compare_concurrency)
         api = ApiProcess("127.0.0.1", free_port(), triton.grpc_url, min_in_flight=pinned, max_in_flight=pinned)
         try:

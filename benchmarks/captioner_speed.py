@@ -7,12 +7,6 @@
    Face fp32 ``generate`` on the preprocessing step's own pixels and the pipeline's prompt.
 3. The same with ``cpu_precision=int8`` on the vision encoder and the captioner, with the build's
    fidelity figures.
-4. With ``--previous-python DIR --previous-repository DIR``: the captioner as it was before, at
-   concurrency 8, for throughput and memory. DIR is the ``bin`` of a virtualenv whose Python imports the
-   previous checkout (the Python-backend stubs take their environment from ``python3`` on PATH), e.g.
-   ``python3 -m venv --without-pip /tmp/prev`` with a ``.pth`` file in its site-packages listing the
-   checkout, its ``client`` folder and this virtualenv's site-packages; the repository is that checkout's,
-   built by its own ``scripts/build_models.py``.
 
 Figures to ``benchmarks/results/captioner_speed.{json,md}``.
 """
@@ -21,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -36,12 +29,12 @@ from benchmarks.lib.percentiles import percentile
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.report import markdown_table
 from benchmarks.lib.results import parse_benchmark_args, write_results
-from benchmarks.profiling import perf_analyzer
-from benchmarks.profiling.perf_input import write_input_data
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE, CaptionStatus
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_ports
 from pipeline_src.steps.classification import build_prompt
@@ -57,10 +50,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--photos", type=int, default=8)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--window", type=int, default=16, help="perf_analyzer requests per count window")
-    parser.add_argument(
-        "--previous-python", type=Path, help="the bin folder of a virtualenv whose Python imports the previous checkout"
-    )
-    parser.add_argument("--previous-repository", type=Path, help="that checkout's built model repository")
     parser.add_argument("--name", default="captioner_speed")
     return parse_benchmark_args(parser, argv)
 
@@ -82,19 +71,6 @@ def course_way(repository: Path, photos: list[bytes]) -> dict:
     }
 
 
-class TritonWithPython(TritonServer):
-    """A tritonserver whose Python-backend stubs run another virtualenv's Python (another checkout's code)."""
-
-    def __init__(self, *args, python_bin: Path, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.python_bin = python_bin
-
-    def environment(self) -> dict[str, str]:
-        env = super().environment()
-        env["PATH"] = f"{self.python_bin}{os.pathsep}{env['PATH']}"
-        return env
-
-
 def served(
     repository: Path,
     photos: list[bytes],
@@ -104,22 +80,15 @@ def served(
     label: str,
     scratch: Path,
     precision: str | None = None,
-    check_captions: bool = True,
-    python_bin: Path | None = None,
-    precision_steps: tuple[str, ...] = INT8_STEPS,
 ) -> tuple[list[dict], dict]:
     """perf_analyzer on the ensemble at each level; server memory; served captions against Hugging Face."""
     work_dir, ports = scratch / f"triton{len(list(scratch.glob('triton*')))}", free_ports()
     extra_args = ("--model-control-mode=explicit", "--load-model=*")
-    server = (
-        TritonWithPython(repository, work_dir, ports, extra_args=extra_args, python_bin=python_bin)
-        if python_bin
-        else TritonServer(repository, work_dir, ports, extra_args=extra_args)
-    )
-    rows, extra = [], {}
+    server = TritonServer(repository, work_dir, ports, extra_args=extra_args)
+    rows = []
     with server:
         if precision:
-            set_cpu_precision(server, precision, precision_steps)
+            set_cpu_precision(server, precision, INT8_STEPS)
         for concurrency in levels:
             measurement, stability = perf_analyzer.measure_stably(
                 ENSEMBLE,
@@ -140,9 +109,8 @@ def served(
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
-        if check_captions:
-            extra = caption_check(server.grpc_url, repository, photos)
-    return rows, extra
+        captions = caption_check(server.grpc_url, repository, photos)
+    return rows, captions
 
 
 def set_cpu_precision(server: TritonServer, precision: str, models: tuple[str, ...]) -> None:
@@ -180,31 +148,6 @@ def caption_check(grpc_url: str, repository: Path, photos: list[bytes]) -> dict:
     }
 
 
-def previous(args, input_file: Path, scratch: Path) -> list[dict]:
-    # The stubs put their working directory first on sys.path: started from this checkout, they imported its
-    # code instead of the previous checkout's.
-    repository, python_bin, here = args.previous_repository.resolve(), args.previous_python.resolve(), Path.cwd()
-    os.chdir(scratch)
-    try:
-        # int8: its default on an AVX2-only CPU (its auto picks bf16 where the CPU has it natively).
-        rows, _ = served(
-            repository,
-            [],
-            input_file,
-            [8],
-            args.window,
-            "previous captioner (PyTorch, cpu_precision int8)",
-            scratch,
-            precision="int8",
-            check_captions=False,
-            python_bin=python_bin,
-            precision_steps=("captioner",),
-        )
-    finally:
-        os.chdir(here)
-    return rows
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     photos = varied_photos(args.photos)
@@ -220,11 +163,6 @@ def main(argv=None) -> None:
         result["int8"], result["int8_captions"] = served(
             args.repository, photos, input_file, [8], args.window, "served, int8 weights", scratch, precision="int8"
         )
-        if args.previous_python and args.previous_repository:
-            try:
-                result["previous"] = previous(args, input_file, scratch)
-            except Exception as exc:  # the other checkout could not be served: say so, keep the rest
-                result["previous_error"] = str(exc).splitlines()[0]
     result["fidelity"] = {
         step: read_fidelity(directory)
         for step, directory in (
@@ -233,14 +171,14 @@ def main(argv=None) -> None:
         )
     }
     course = result["course"]["throughput"]
-    for row in [*result["exact"], *result["int8"], *result.get("previous", [])]:
+    for row in [*result["exact"], *result["int8"]]:
         row["vs_course"] = row["throughput"] / course
         row["p50_vs_course_p50"] = row["p50_ms"] / result["course"]["p50_ms"]
     print(write_results(args.name, result, report(result)).read_text())
 
 
 def report(result: dict) -> str:
-    rows = [result["course"], *result["exact"], *result["int8"], *result.get("previous", [])]
+    rows = [result["course"], *result["exact"], *result["int8"]]
     fidelity = result["fidelity"]
     paragraphs = [
         f"{result['photos']} photos (`varied_photos`), BLIP stand-in base, 20 new tokens, greedy.",

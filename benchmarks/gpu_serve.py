@@ -69,11 +69,11 @@ from benchmarks.lib.results import (
     write_results,
 )
 from benchmarks.lib.triton_stats import figures_since, snapshot
-from benchmarks.profiling import perf_analyzer
-from benchmarks.profiling.perf_input import write_input_data
 from food11_client import CaptionResult, Food11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_ports
 from pipeline_src.steps.captioning import standin_info

@@ -29,8 +29,6 @@ from benchmarks.lib.results import (
     portable_path,
     write_results,
 )
-from benchmarks.profiling import perf_analyzer
-from benchmarks.profiling.perf_input import write_input_data
 from benchmarks.tuning import analyzer_tool
 from benchmarks.tuning.analyzer_config import Measuring, RunPaths, profile_config, write_profile_config
 from benchmarks.tuning.ensemble_check import analyzer_limits, measure_repository
@@ -41,6 +39,8 @@ from benchmarks.tuning.sweep import StepPlan, Sweep, plan_steps
 from benchmarks.tuning.tuned_repository import write_tuned_repository
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
+from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.serving.launcher import free_ports
 
 # The steps Model Analyzer can profile alone: not the ensembles, not the BLS step (caption_with_label, whose

@@ -42,8 +42,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from benchmarks.lib.results import collect_provenance
-from benchmarks.profiling import perf_analyzer
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling import perf_analyzer
 
 try:  # run as a script, scripts/ is on the path; imported by the tests, this is scripts.device_stage
     from device_calls import ARRIVED, device_calls

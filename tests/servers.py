@@ -30,7 +30,7 @@ def triton(model_repository, tmp_path_factory) -> TritonServer:
             "--model-control-mode=explicit",
             "--load-model=*",
             QUICK_EXIT,
-            # Tracing stays OFF until a test turns it on (tests/benchmarks/test_tracing.py).
+            # Tracing stays OFF until a test turns it on (tests/integration/test_tracing.py).
             f"--trace-config=triton,file={work_dir / 'trace.json'}",
         ),
     )

@@ -72,19 +72,14 @@ class InProcessPipeline:
     """preprocess -> classifier -> label and prompt -> captioner, as plain function calls. ``course=True``
     captions the course's way instead (Hugging Face BLIP fp32 ``generate``, one photo at a time)."""
 
-    def __init__(self, repository: Path, course: bool = False, **captioner_overrides):
+    def __init__(self, repository: Path, course: bool = False):
         self.repository = repository
         self.course = course
         self.preprocess_settings = step_settings(repository, "preprocess", PreprocessSettings)
         classifier = step_settings(repository, "classifier", ClassifierSettings)
         self.labelling = step_settings(repository, "caption_with_label", CaptionWithLabelSettings)
-        # The knobs the vision encoder shares with the captioner apply to both.
-        self.vision_settings = step_settings(repository, "vision_encoder", VisionEncoderSettings).replace(
-            **{key: value for key, value in captioner_overrides.items() if key in ("cpu_precision", "intra_op_threads")}
-        )
-        self.captioner_settings = step_settings(repository, "captioner", CaptionerSettings).replace(
-            **captioner_overrides
-        )
+        self.vision_settings = step_settings(repository, "vision_encoder", VisionEncoderSettings)
+        self.captioner_settings = step_settings(repository, "captioner", CaptionerSettings)
         self.classifier = OnnxModel.from_settings(classifier, repository / "classifier" / "1")
 
     @cached_property

@@ -10,17 +10,15 @@ import numpy as np
 
 from benchmarks.lib.percentiles import percentiles_ms
 
-Call = Callable[[bytes], Awaitable[dict | None]]
+Call = Callable[[bytes], Awaitable[None]]
 
 
 async def run_load(
     call: Call, photos: Sequence[bytes], concurrency: int, total: int, until: float | None = None
-) -> tuple[list[float], list[dict], float]:
+) -> tuple[list[float], float]:
     """``total`` calls by ``concurrency`` workers, each taking the next photo in turn (stopping early once
-    ``time.monotonic()`` passes ``until``): per-call latencies (s), per-call Server-Timing durations (ms,
-    when ``call`` returns them), and the wall time (s)."""
+    ``time.monotonic()`` passes ``until``): per-call latencies (s) and the wall time (s)."""
     latencies: list[float] = []
-    timings: list[dict] = []
     counter = iter(range(total))
 
     async def worker():
@@ -28,14 +26,12 @@ async def run_load(
             if until is not None and time.monotonic() > until:
                 return
             started = time.perf_counter()
-            timing = await call(photos[index % len(photos)])
+            await call(photos[index % len(photos)])
             latencies.append(time.perf_counter() - started)
-            if timing is not None:
-                timings.append({**timing, "latency": latencies[-1] * 1000})
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, timings, time.perf_counter() - started
+    return latencies, time.perf_counter() - started
 
 
 def latency_summary(latencies: Sequence[float], wall_s: float) -> dict[str, float]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import psutil
 
@@ -37,56 +36,21 @@ def server_memory_mib(*pids: int) -> dict[str, float]:
     }
 
 
-def memory_by_model_mib(pid: int) -> dict[str, dict[str, float]]:
-    """The PSS of tritonserver and of each model's stubs (one per instance), named by the model whose
-    ``model.py`` they run: ``{name: {"pss_mib": ..., "processes": ...}}``."""
-    groups: dict[str, dict[str, float]] = {}
-    for process in server_processes(pid):
-        memory = _memory(process)
-        try:
-            command = process.cmdline()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            memory = None
-        if memory is None:  # gone, or not ours to read
-            continue
-        model_file = next((Path(part) for part in command if part.endswith("model.py")), None)
-        if process.pid == pid:
-            name = "tritonserver"
-        elif model_file is not None:
-            name = model_file.parent.parent.name  # <repository>/<model>/<version>/model.py
-        else:
-            name = " ".join(command[:2])
-        group = groups.setdefault(name, {"pss_mib": 0.0, "processes": 0})
-        group["pss_mib"] += getattr(memory, "pss", memory.rss) / 2**20
-        group["processes"] += 1
-    return groups
-
-
-def pss_by_model_mib(*pids: int) -> dict[str, float]:
-    """``memory_by_model_mib``'s PSS alone, of one server or several (a name's figures summed)."""
-    pss: dict[str, float] = {}
-    for pid in pids:
-        for name, group in memory_by_model_mib(pid).items():
-            pss[name] = pss.get(name, 0.0) + group["pss_mib"]
-    return pss
-
-
 class MemorySampler:
     """The servers' memory on entry (the baseline), every ``every_s`` seconds from a thread, and on exit.
 
     Each sample: ``t_s`` (seconds since entry) and ``server_memory_mib`` of ``pids`` (``rss_mib``,
-    ``pss_mib``, ``processes``), or with ``by_model`` the PSS of each model's processes by name."""
+    ``pss_mib``, ``processes``)."""
 
-    def __init__(self, pids: Sequence[int], every_s: float = 5.0, by_model: bool = False):
+    def __init__(self, pids: Sequence[int], every_s: float = 5.0):
         self.pids, self.every_s = list(pids), every_s
-        self._measure = pss_by_model_mib if by_model else server_memory_mib
         self.samples: list[dict] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._started = time.monotonic()
 
     def sample(self) -> dict:
-        self.samples.append({"t_s": round(time.monotonic() - self._started, 1), **self._measure(*self.pids)})
+        self.samples.append({"t_s": round(time.monotonic() - self._started, 1), **server_memory_mib(*self.pids)})
         return self.samples[-1]
 
     def _run(self) -> None:
@@ -103,11 +67,6 @@ class MemorySampler:
         self._stop.set()
         self._thread.join()
         self.sample()
-
-    def peaks(self) -> dict[str, float]:
-        """Each figure's largest sample (by model: each model's own peak)."""
-        names = dict.fromkeys(name for sample in self.samples for name in sample if name != "t_s")
-        return {name: max(sample.get(name, 0.0) for sample in self.samples) for name in names}
 
     def growth(self) -> dict[str, float]:
         """The total PSS first, at its peak and last, and its growth over the first."""

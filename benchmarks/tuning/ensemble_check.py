@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.profiling import perf_analyzer
+from pipeline_src.profiling import perf_analyzer
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer, free_ports
 

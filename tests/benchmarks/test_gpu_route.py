@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu_serve
-from benchmarks.profiling import perf_analyzer
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling import perf_analyzer
 
 GUARD_S = 600  # a bound on waiting for the runner, so that a broken run fails the test instead of hanging it
 

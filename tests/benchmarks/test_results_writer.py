@@ -151,5 +151,5 @@ def test_the_memory_sampler_samples_on_entry_and_exit_and_reports_growth():
     first, last = sampler.samples
     assert first["processes"] >= 1 and first["pss_mib"] > 0 and last["t_s"] >= first["t_s"] == 0.0
     growth = sampler.growth()
-    assert growth["pss_peak_mib"] == max(first["pss_mib"], last["pss_mib"]) == sampler.peaks()["pss_mib"]
+    assert growth["pss_peak_mib"] == max(first["pss_mib"], last["pss_mib"])
     assert growth["growth_last_over_first"] == pytest.approx(last["pss_mib"] / first["pss_mib"] - 1)

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.profiling import perf_analyzer
 from benchmarks.tuning import analyzer_tool
 from benchmarks.tuning.measurements import StepConfig
 from benchmarks.tuning.server_launch import local_launch
 from benchmarks.tuning.sweep import Sweep, plan_steps
 from benchmarks.tuning.tuned_repository import apply_config
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling import perf_analyzer
 from pipeline_src.repository.loading import parse_config
 from pipeline_src.repository.validate import validate_repository
 

@@ -17,10 +17,10 @@ import httpx
 import pytest
 from helpers import QUICK_EXIT
 
-from benchmarks.profiling.perf_analyzer import cache_refusal
 from food11_client import Food11Client
 from food11_client.errors import ServerUnavailableError
 from pipeline_src.contract import ENSEMBLE
+from pipeline_src.profiling.perf_analyzer import cache_refusal
 from pipeline_src.serving.api_process import ApiProcess
 from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
 from pipeline_src.serving.reload import StepReloader
@@ -152,7 +152,15 @@ def test_through_the_api_a_repeated_photo_is_the_same_answer_counted_as_a_cache_
 
 
 def test_perf_analyzer_refuses_a_cached_model_saying_how_to_profile_it_and_takes_an_uncached_one(cached_server):
-    command = [sys.executable, "-m", "benchmarks.profiling.perf_analyzer", "-m", ENSEMBLE, "-u", cached_server.grpc_url]
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline_src.profiling.perf_analyzer",
+        "-m",
+        ENSEMBLE,
+        "-u",
+        cached_server.grpc_url,
+    ]
     done = subprocess.run([*command, "-i", "grpc"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert f"{ENSEMBLE} is served with Triton's response cache on" in done.stderr

@@ -3,6 +3,7 @@ so `make install` and the images install what CI tested and the audit read."""
 
 from importlib import metadata
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -34,3 +35,15 @@ def test_every_pin_of_pyproject_is_locked_at_its_version():
 
 def test_the_lock_pins_exactly():
     assert all(version and not version.startswith(("<", ">", "~", "!")) for version in locked().values())
+
+
+def test_every_pin_of_the_benchmarks_is_locked_at_its_version():
+    """benchmarks/pyproject.toml, a distribution of its own, is part of the tested set (make lock installs it)."""
+    lock = locked()
+    project = tomllib.loads((PROJECT_ROOT / "benchmarks" / "pyproject.toml").read_text())["project"]
+    pins = [Requirement(text) for text in project["dependencies"]]
+    exact = {
+        canonicalize_name(pin.name): spec.version for pin in pins for spec in pin.specifier if spec.operator == "=="
+    }
+    assert exact, "the benchmarks pin nothing?"
+    assert {name: lock.get(name) for name in exact} == exact, "run `make lock` after changing a pin"

@@ -1,5 +1,5 @@
 """What the heavy steps' configs ask of Triton's rate limiter, when a server runs it (--rate-limit=execution_count;
-off by default: benchmarks/core_sharing.py measured it no faster on 2 cores)."""
+off by default: no faster on 2 cores, benchmarks/results/core_sharing.md)."""
 
 from repository_checks import models_built_from, rate_limiter_problems
 

@@ -1,6 +1,7 @@
 """The house's rules, read from the source (docs/architecture.md, "The code's layout"): imports point one way
 (each area imports only the areas below it; the product never imports its measurement), no module takes part
-in an import circle, no product file is long without saying why, and neither image carries measurement code."""
+in an import circle, no product file is long without saying why, and neither the product's distribution nor
+its images carry measurement code."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import tomllib
+from setuptools import find_packages
 
 from pipeline_src import PROJECT_ROOT
 
@@ -22,6 +25,9 @@ PACKAGES = {
     "scripts": PROJECT_ROOT / "scripts",  # entry points and the GPU route's staging: run, never imported
 }
 PRODUCT = ("pipeline_src", "food11_client", "food11_api", "model_repository")
+# scripts/ are the product's commands but for the GPU route's staging (scripts/device_*.py: it stages and runs
+# benchmarks/gpu_serve.py on a lent GPU machine), which is measurement's.
+MEASUREMENT_SCRIPTS = "scripts.device_"
 
 # What each area may import, besides itself. An area is a folder of pipeline_src (its top-level modules,
 # contract.py and PROJECT_ROOT, are the area "pipeline_src"), a client package, the steps' model.py files, or
@@ -32,6 +38,12 @@ ALLOWED = {
     "pipeline_src.provenance": {"pipeline_src"},
     "pipeline_src.model_build": {"pipeline_src", "pipeline_src.steps", "pipeline_src.provenance"},
     "pipeline_src.repository": {"pipeline_src", "pipeline_src.steps", "pipeline_src.provenance"},
+    "pipeline_src.profiling": {
+        "pipeline_src",
+        "pipeline_src.repository",
+        "pipeline_src.steps",
+        "pipeline_src.provenance",
+    },
     "pipeline_src.serving": {
         "pipeline_src",
         "pipeline_src.repository",
@@ -110,11 +122,33 @@ def test_imports_point_one_way():
 
 
 def test_the_product_imports_no_measurement():
-    product = [module for module in modules() if module.startswith(PRODUCT)]
-    assert len(product) > 50
+    product = [
+        module
+        for module in modules()
+        if module.startswith((*PRODUCT, "scripts.")) and not module.startswith(MEASUREMENT_SCRIPTS)
+    ]
+    assert len(product) > 50 and "scripts.perf_input" in product
     wrong = [module for module in product if any(t.startswith("benchmarks") for t in import_graph()[module])]
     assert not wrong
-    assert not list(PACKAGES["pipeline_src"].rglob("profiling*")), "measurement lives in benchmarks/"
+
+
+def test_the_products_distribution_carries_no_measurement():
+    """What setuptools finds for the product's wheel (pyproject.toml's package discovery), and what its commands
+    run: benchmarks/ is a distribution of its own (benchmarks/pyproject.toml)."""
+    project = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())
+    find = project["tool"]["setuptools"]["packages"]["find"]
+    packages = [
+        package
+        for where in find["where"]
+        for package in find_packages(
+            str(PROJECT_ROOT / where), include=find["include"], exclude=find.get("exclude", ())
+        )
+    ]
+    assert "pipeline_src.profiling" in packages and "food11_api" in packages
+    assert not [package for package in packages if package.startswith("benchmarks")]
+    commands = project["project"]["scripts"]
+    assert commands["food11-perf-analyzer"].startswith("pipeline_src.profiling.")
+    assert not [name for name, target in commands.items() if target.startswith("benchmarks")]
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:

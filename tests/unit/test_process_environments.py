@@ -5,12 +5,12 @@ NVIDIA's Triton image lacks) would pass every other test and fail to load in the
 
 from __future__ import annotations
 
-import importlib.metadata as metadata
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from pipeline_src import PROJECT_ROOT
 
@@ -24,9 +24,11 @@ COMMAND_EXTRAS = {
     "food11-validate": "client",
     "food11-new-step": "client",
     "food11-build-models": "build,steps",  # steps: ONNX Runtime, which checks what it builds
-    "food11-perf-analyzer": "bench",
+    "food11-perf-analyzer": "client",  # it asks the server whether a model answers from its cache
     "food11-serve": "server,steps,api",
 }
+# The profiling scripts (docs/profiling.md): perf_input runs the steps' own code; trace_summary reads a JSON file.
+SCRIPT_EXTRAS = {"perf_input.py": "client,steps", "trace_summary.py": ""}
 
 
 def run_with_only(extras: str, code: str) -> subprocess.CompletedProcess:
@@ -36,11 +38,8 @@ def run_with_only(extras: str, code: str) -> subprocess.CompletedProcess:
 
 
 def project_commands() -> dict[str, str]:
-    return {
-        entry.name: entry.value
-        for entry in metadata.distribution("food11-pipeline").entry_points
-        if entry.group == "console_scripts"
-    }
+    """pyproject.toml's [project.scripts], as the source has them (an installed copy may be older)."""
+    return tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 
 
 def test_every_command_names_its_extras():
@@ -52,6 +51,13 @@ def test_each_command_imports_with_its_extras_alone(command):
     module, _, function = project_commands()[command].partition(":")
     result = run_with_only(COMMAND_EXTRAS[command], f"import {module}; {module}.{function}")
     assert result.returncode == 0, f"{command} with only [{COMMAND_EXTRAS[command]}]:\n{result.stderr}"
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPT_EXTRAS))
+def test_each_profiling_script_imports_with_its_extras_alone(script):
+    path = PROJECT_ROOT / "scripts" / script
+    result = run_with_only(SCRIPT_EXTRAS[script], f"import runpy; runpy.run_path({str(path)!r}, run_name='imported')")
+    assert result.returncode == 0, f"scripts/{script} with only [{SCRIPT_EXTRAS[script]}]:\n{result.stderr}"
 
 
 @pytest.mark.parametrize("model_py", STEP_MODELS, ids=[path.parts[-3] for path in STEP_MODELS])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from benchmarks.profiling.trace_summary import read_traces, summary_lines
+from pipeline_src.profiling.trace_summary import read_traces, summary_lines
 from pipeline_src.repository.loading import parse_config
 
 pytestmark = pytest.mark.integration
