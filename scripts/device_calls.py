@@ -1,6 +1,7 @@
-"""The GPU route's calls, in order (docs/gpu.md, "Through the device tool"): the staged parts, then the measured
-rounds, each its own call so that a round that fails leaves the others' figures, and the order is the value: the
-shipped exact mode first, then the fast mode, then the baseline commit (built there from its own tree).
+"""The GPU route's calls, in order (docs/gpu.md, "Staging for an air-gapped GPU box"): the staged parts, then
+the measured rounds, each its own call so that a round that fails leaves the others' figures, and the order is
+the value: the shipped exact mode first, then the fast mode, then the baseline commit (built there from its own
+tree).
 
 One part a call, each saying which parts have arrived on which machine (a cold machine between calls loses them);
 the first also checks the machine (scripts/device_preflight.py, stopping there on what is missing); the last joins

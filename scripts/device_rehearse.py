@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The device calls scripts/device_stage.py prints, command for command, here on the CPU: a rehearsal of the GPU
-route before a GPU machine is lent (docs/gpu.md, "Rehearsing here").
+route before a GPU machine is lent (docs/gpu.md, "Rehearsing without a GPU").
 
     .venv/bin/python scripts/device_stage.py                  # stage the parts (once per commit)
     .venv/bin/python scripts/device_rehearse.py --image-python /tmp/image-python/bin/python

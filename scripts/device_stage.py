@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Stage here what the device tool's GPU machine lacks for benchmarks/gpu_serve.py, in parts one call can
-carry, and print the calls that run it there (docs/gpu.md, "Through the device tool").
+"""Stage here what an air-gapped GPU box lacks for benchmarks/gpu_serve.py, in parts one call can carry, and
+print the calls that run it there (docs/gpu.md, "Staging for an air-gapped GPU box").
 
     echo /.device/ >> .git/info/exclude      # once per checkout: .device/ must stay out of the tree that travels
     .venv/bin/python scripts/device_stage.py

@@ -3,7 +3,7 @@
 Pillow's decoders and resamplers and numpy's arithmetic release the GIL while they work, so threads of one
 Python step decode in parallel: one instance uses the cores a batch needs, without the memory and start-up of
 more instances. Measured on a GPU box, where the preprocess step is the CPU's share of every photo:
-docs/gpu.md, "What the GPU runs showed".
+docs/gpu.md, "Settings that matter on a GPU".
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ class OnnxStepSettings(StepSettings):
     # On a GPU instance, comma-separated batch sizes (e.g. "1,8,32"): each batch runs padded up to the
     # smallest that holds it, on a session of that size's own, so that no session ever sees a new shape.
     # Empty: every batch as it comes. Why: ONNX Runtime's CUDA convolutions redo their cuDNN setup whenever
-    # the input shape differs from the last run's (docs/gpu.md, "What the GPU runs showed").
+    # the input shape differs from the last run's (docs/gpu.md, "Settings that matter on a GPU").
     gpu_batch_sizes: str = ""
 
     ONNX_FILE_FIELDS = ("onnx_file",)
