@@ -26,8 +26,8 @@ from benchmarks.lib.photos import base_photos
 from benchmarks.lib.results import parse_benchmark_args, portable_path, write_results
 from food11_client import AsyncFood11Client
 from pipeline_src.model_build.cli import build_repository_copy
-from pipeline_src.serving.api_process import ApiProcess
-from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
+from pipeline_src.serving.launcher import ApiProcess, TritonServer
+from pipeline_src.serving.ports import free_port, free_ports
 
 BATCHED_STEPS = ("classifier", "captioner")
 QUANTILES = (50, 95)

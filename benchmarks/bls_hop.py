@@ -27,7 +27,8 @@ import tritonclient.grpc as grpcclient
 
 from benchmarks.lib.load import latency_summary
 from benchmarks.lib.results import parse_benchmark_args, write_results
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 MAX_BATCH = 8
 

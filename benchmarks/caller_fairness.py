@@ -41,8 +41,8 @@ from benchmarks.lib.photos import base_photos
 from benchmarks.lib.report import markdown_table
 from benchmarks.lib.results import parse_benchmark_args, portable_path, write_results
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.serving.api_process import ApiProcess
-from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
+from pipeline_src.serving.launcher import ApiProcess, TritonServer
+from pipeline_src.serving.ports import free_port, free_ports
 
 FAILED = 0  # the status recorded for a request that got no HTTP answer
 COLUMNS = [

@@ -25,7 +25,8 @@ from benchmarks.lib.results import parse_benchmark_args, write_results
 from food11_client import AsyncFood11Client, Food11Client, PipelineError
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 APPLE = (PROJECT_ROOT / "tests" / "photos" / "apple.jpg").read_bytes()
 

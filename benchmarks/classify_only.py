@@ -25,7 +25,8 @@ from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.results import parse_benchmark_args, write_results
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import CLASSIFY_ENSEMBLE, CLASSIFY_OUTPUTS, CORE_OUTPUTS, ENSEMBLE
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
 # Each kind of call: the ensemble it calls and the outputs it names (all of that ensemble's, as a caller of a

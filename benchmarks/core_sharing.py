@@ -29,7 +29,8 @@ from benchmarks.profiling.perf_input import write_input_data
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
 from pipeline_src.repository.bls_calls import bls_callees
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 MODES = {"off": ("--rate-limit=off",), "on": ("--rate-limit=execution_count",)}
 SHOWN_STEPS = ("vision_encoder", "captioner")

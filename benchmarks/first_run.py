@@ -24,7 +24,7 @@ import httpx
 
 from benchmarks.lib.results import parse_benchmark_args, write_results
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.serving.launcher import free_port
+from pipeline_src.serving.ports import free_port
 
 READY_LINE = "Ctrl-C stops everything"
 PHOTO = PROJECT_ROOT / "tests" / "photos" / "apple.jpg"

@@ -28,8 +28,8 @@ from benchmarks.lib.results import parse_benchmark_args, write_results
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
-from pipeline_src.serving.api_process import ApiProcess
-from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
+from pipeline_src.serving.launcher import ApiProcess, TritonServer
+from pipeline_src.serving.ports import free_port, free_ports
 from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.response_cache import local_cache_args
 

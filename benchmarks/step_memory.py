@@ -23,7 +23,8 @@ from benchmarks.lib.report import markdown_table
 from benchmarks.lib.results import parse_benchmark_args, write_results
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 
 def measure(repository: Path, concurrency: int, rounds: int) -> dict:

@@ -26,7 +26,8 @@ from benchmarks.lib.report import markdown_table
 from benchmarks.lib.results import parse_benchmark_args, write_results
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 # Triton warms these up from their config's model_warmup, the captioner in the step (its warm_up setting).
 CONFIG_WARMED_STEPS = ("preprocess", "classifier", "vision_encoder")
