@@ -1,8 +1,8 @@
 """The serving settings: how ``make serve`` (scripts/serve.py, food11-serve) runs Triton and the API
 (``ServeSettings``), and how the Triton image's command runs Triton alone (``ContainerSettings``: the same fields,
 with the container's defaults). Each field is a flag (``--http-port``) and an environment variable
-(``FOOD11_HTTP_PORT``, or the older names a field lists); a flag wins over the variable. docs/configuration.md
-lists them all (a test holds it to this file).
+(``FOOD11_HTTP_PORT``; in the image also the older names a field lists); a flag wins over the variable.
+docs/configuration.md lists them all (a test holds it to this file).
 """
 
 from __future__ import annotations
@@ -78,19 +78,16 @@ class ServeSettings(BaseSettings):
         600.0,
         gt=0,
         description="seconds to wait for Triton to be ready (every model loaded)",
-        validation_alias=AliasChoices("FOOD11_READY_TIMEOUT", "FOOD11_READY_TIMEOUT_S"),
     )
     triton_config: str = Field(
         "",
         description="the ONNX steps' config name (--model-config-name): onnxruntime, onnxruntime_tensorrt; "
         "empty: the Python-backend config.pbtxt (all the wheel's tritonserver can load)",
-        validation_alias=AliasChoices("FOOD11_TRITON_CONFIG", "TRITON_CONFIG"),
     )
     triton_args: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
         description="more tritonserver flags, last, so they win (an --http-address binds HTTP, gRPC and metrics "
         "alike): after -- on the command line, split on spaces in the variable",
-        validation_alias=AliasChoices("FOOD11_TRITON_ARGS", "TRITON_ARGS"),
     )
     response_cache_mib: int = Field(
         64,  # a pipeline answer is about 1.5 KB: tens of thousands of photos
@@ -171,23 +168,35 @@ class ServeSettings(BaseSettings):
         return self.triton_admin_key.get_secret_value() or admin.new_key()
 
 
-def container_default(name: str, default: Any) -> Any:
-    """``ServeSettings``' field ``name`` with another default: its description, aliases and checks kept."""
-    return FieldInfo.merge_field_infos(ServeSettings.model_fields[name], default=default)
+UNCHANGED: Any = object()
+
+
+def in_the_image(name: str, default: Any = UNCHANGED, also_read: tuple[str, ...] = ()) -> Any:
+    """``ServeSettings``' field ``name`` as the Triton image reads it: another default, or older variable names
+    read as well (those its compose files and manifests set); its description and checks kept."""
+    changes: dict[str, Any] = {} if default is UNCHANGED else {"default": default}
+    if also_read:
+        changes["validation_alias"] = AliasChoices(f"{ENV_PREFIX}{name.upper()}", *also_read)
+    return FieldInfo.merge_field_infos(ServeSettings.model_fields[name], **changes)
 
 
 class ContainerSettings(ServeSettings):
-    """The Triton image's command (``triton_container``): ``ServeSettings`` with the container's defaults."""
+    """The Triton image's command (``triton_container``): ``ServeSettings`` with the container's defaults, and the
+    unprefixed names its compose files and manifests set (read there only: a shell's TRITON_CONFIG, set for
+    compose, must not reach make serve's tritonserver, which cannot load those configs)."""
 
     not_read: ClassVar[frozenset[str]] = SERVE_ONLY
     not_read_because: ClassVar[str] = "make serve's setting: the Triton image runs Triton alone"
-    model_repository: Path = container_default("model_repository", Path("/models"))  # baked in, or a volume
-    host: str = container_default("host", "0.0.0.0")  # the container's network: compose and Kubernetes publish it
-    work_dir: Path | None = container_default("work_dir", None)  # /tmp, the one writable place
-    log_file: Path | None = container_default("log_file", None)  # a container's log is its output
-    ready_timeout: float = container_default("ready_timeout", 1800.0)  # BLIP from a cold volume, or a build at start
+    model_repository: Path = in_the_image("model_repository", Path("/models"))  # baked in, or a volume
+    host: str = in_the_image("host", "0.0.0.0")  # the container's network: compose and Kubernetes publish it
+    work_dir: Path | None = in_the_image("work_dir", None)  # /tmp, the one writable place
+    log_file: Path | None = in_the_image("log_file", None)  # a container's log is its output
+    # BLIP from a cold volume, or a build at start
+    ready_timeout: float = in_the_image("ready_timeout", 1800.0, also_read=("FOOD11_READY_TIMEOUT_S",))
+    triton_config: str = in_the_image("triton_config", also_read=("TRITON_CONFIG",))
+    triton_args: Annotated[tuple[str, ...], NoDecode] = in_the_image("triton_args", also_read=("TRITON_ARGS",))
     # A dead tritonserver ends the container: Compose's restart: or Kubernetes restarts it, with their backoff.
-    restart_limit: int = container_default("restart_limit", 0)
+    restart_limit: int = in_the_image("restart_limit", 0)
 
 
 # Flags and variables -------------------------------------------------------------------------------------------

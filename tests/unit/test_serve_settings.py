@@ -121,7 +121,10 @@ def table_rows() -> list[str]:
             "not read" if name in ContainerSettings.not_read else shown(described_default(ContainerSettings, name))
         )
         variable = shown(make_variables[flag(name)]) if flag(name) in make_variables else ""
-        environment = ", ".join(shown(env) for env in environment_names(ServeSettings, name))
+        environment = ", ".join(
+            [shown(env) for env in environment_names(ServeSettings, name)]
+            + [f"{shown(env)} (the image)" for env in environment_names(ContainerSettings, name)[1:]]
+        )
         rows.append(
             f"| {option} | {environment} | {variable} | {serve_default} | {image_default} | {field.description} |"
         )
@@ -140,15 +143,22 @@ def test_the_docs_list_every_setting_once_as_the_class_says():
 # Read as a user sets them --------------------------------------------------------------------------------------
 
 
-def test_a_flag_wins_over_its_variable_and_older_names_still_work(monkeypatch):
+def test_a_flag_wins_over_its_variable(monkeypatch):
     monkeypatch.setenv("FOOD11_HTTP_PORT", "9000")
-    monkeypatch.setenv("TRITON_CONFIG", "onnxruntime")  # the name compose and Kubernetes set
+    monkeypatch.setenv("FOOD11_TRITON_ARGS", "--log-verbose=1  --exit-timeout-secs=5")
+    assert settings_from(ServeSettings, [], None).http_port == 9000
+    settings = settings_from(ServeSettings, ["--http-port", "9100", "--", "--log-verbose=2"], None)
+    assert (settings.http_port, settings.triton_args) == (9100, ("--log-verbose=2",))
+    assert ServeSettings().triton_args == ("--log-verbose=1", "--exit-timeout-secs=5")  # split on spaces
+
+
+def test_the_image_reads_the_names_its_compose_files_and_manifests_set_and_make_serve_does_not(monkeypatch):
+    monkeypatch.setenv("TRITON_CONFIG", "onnxruntime")  # also what a shell sets for compose's ${TRITON_CONFIG}
+    monkeypatch.setenv("TRITON_ARGS", "--log-verbose=1")
     monkeypatch.setenv("FOOD11_READY_TIMEOUT_S", "20")  # the Triton image's earlier name
-    monkeypatch.setenv("TRITON_ARGS", "--log-verbose=1  --exit-timeout-secs=5")
-    settings = settings_from(ServeSettings, ["--http-port", "9100"], None)
-    assert (settings.http_port, settings.triton_config, settings.ready_timeout) == (9100, "onnxruntime", 20.0)
-    assert settings.triton_args == ("--log-verbose=1", "--exit-timeout-secs=5")  # split on spaces
-    assert settings_from(ServeSettings, ["--", "--log-verbose=2"], None).triton_args == ("--log-verbose=2",)
+    image, serve = ContainerSettings(), ServeSettings()
+    assert (image.triton_config, image.triton_args, image.ready_timeout) == ("onnxruntime", ("--log-verbose=1",), 20.0)
+    assert (serve.triton_config, serve.triton_args, serve.ready_timeout) == ("", (), 600.0)
 
 
 def test_the_container_has_its_own_defaults(monkeypatch):
