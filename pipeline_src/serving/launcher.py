@@ -50,9 +50,6 @@ def model_control_args(extra: Sequence[str]) -> tuple[str, ...]:
     return () if chosen_model_control(extra) else EXPLICIT_MODEL_CONTROL
 
 
-ADDRESS_FLAG = re.compile(r"--(http|grpc|metrics)-address=(\S+)")
-
-
 def tritonserver_flags(config_name: str, response_cache_mib: int, extra: Sequence[str]) -> tuple[str, ...]:
     """What ``make serve`` and the Triton container add to ``TritonServer``'s own flags: model control, the ONNX
     steps' config name, the local response cache unless ``extra`` configures a cache (Redis), then ``extra``,
@@ -63,6 +60,9 @@ def tritonserver_flags(config_name: str, response_cache_mib: int, extra: Sequenc
         *(() if cache_flags(extra) else local_cache_args(response_cache_mib)),
         *extra,
     )
+
+
+ADDRESS_FLAG = re.compile(r"--(http|grpc|metrics)-address=(\S+)")
 
 
 def triton_server(settings: ServeSettings, report: Callable[[str], None], binary: Path | None = None) -> TritonServer:
