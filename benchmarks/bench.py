@@ -48,8 +48,9 @@ from pipeline_src.contract import ENSEMBLE
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.repository.bls_calls import bls_callees
-from pipeline_src.serving.api_process import ApiProcess
-from pipeline_src.serving.launcher import TritonServer, free_port, free_ports, wait_for_http
+from pipeline_src.serving.launcher import ApiProcess, TritonServer
+from pipeline_src.serving.ports import free_port, free_ports
+from pipeline_src.serving.processes import wait_for_http
 from pipeline_src.steps.captioning import standin_info
 from pipeline_src.steps.settings import CaptionerSettings
 

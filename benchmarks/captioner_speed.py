@@ -36,7 +36,8 @@ from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.repository.bls_calls import bls_callees
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.precision import read_fidelity
 from pipeline_src.steps.settings import CaptionWithLabelSettings

@@ -75,7 +75,8 @@ from pipeline_src.contract import ENSEMBLE
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.repository.bls_calls import bls_callees
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 from pipeline_src.steps.captioning import standin_info
 from pipeline_src.steps.settings import CaptionerSettings
 

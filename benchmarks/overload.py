@@ -44,8 +44,8 @@ from food11_api.settings import ApiSettings
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.cli import tiny_repository
-from pipeline_src.serving.api_process import ApiProcess
-from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
+from pipeline_src.serving.launcher import ApiProcess, TritonServer
+from pipeline_src.serving.ports import free_port, free_ports
 
 SCRATCH = PROJECT_ROOT / "build" / "overload"
 CAPACITY_CONCURRENCIES = (2, 4, 8)

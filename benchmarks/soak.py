@@ -25,8 +25,8 @@ from benchmarks.lib.results import parse_benchmark_args, portable_path, write_re
 from benchmarks.lib.soak import soak
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.cli import tiny_repository
-from pipeline_src.serving.api_process import ApiProcess
-from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
+from pipeline_src.serving.launcher import ApiProcess, TritonServer
+from pipeline_src.serving.ports import free_port, free_ports
 
 SCRATCH = PROJECT_ROOT / "build" / "soak"
 MAX_MEMORY_GROWTH = 0.10

@@ -41,7 +41,7 @@ from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.perf_input import write_input_data
-from pipeline_src.serving.launcher import free_ports
+from pipeline_src.serving.ports import free_ports
 
 # The steps Model Analyzer can profile alone: not the ensembles, not the BLS step (caption_with_label, whose
 # captions come from the captioner), not label (microseconds of work), not the captioner (it batches in

@@ -15,11 +15,25 @@ import importlib.abc
 import importlib.metadata as metadata
 import sys
 import types
+from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 PROJECT = "food11-pipeline"
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+
+def project_requirements() -> list[str]:
+    """This checkout's own requirements, as its installed metadata states them (each extra's with its marker), but
+    from its pyproject.toml: the installed metadata is as old as the last install."""
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    extras = project["optional-dependencies"]
+    return [
+        *project["dependencies"],
+        *(f'{spec}; extra == "{extra}"' for extra, specs in extras.items() for spec in specs),
+    ]
 
 
 def needed_distributions(extras: set[str]) -> set[str]:
@@ -34,7 +48,7 @@ def needed_distributions(extras: set[str]) -> set[str]:
         seen.add((name, wanted))
         needed.add(name)
         try:
-            requirements = metadata.distribution(name).requires or []
+            requirements = project_requirements() if name == PROJECT else metadata.distribution(name).requires or []
         except metadata.PackageNotFoundError:
             continue  # not installed here: nothing of it can be imported anyway
         for text in requirements:

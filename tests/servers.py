@@ -13,7 +13,8 @@ import time
 import pytest
 from helpers import QUICK_EXIT, admin_client
 
-from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_port, free_ports
 from pipeline_src.steps.captioning import STANDIN_MARKER
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.serving.launcher import free_port, free_ports
+from pipeline_src.serving.ports import free_port, free_ports
 from pipeline_src.serving.stubs import Stub, stubs_of
 
 READY_LINE = "Ctrl-C stops everything."

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.repository.bls_calls import bls_callees
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 ANALYZER_LIMITS = (
     "Model Analyzer profiles an ensemble of at most 4 composing models, a BLS model only in its quick mode, and "

@@ -44,7 +44,7 @@ from tritonclient.utils import InferenceServerException
 
 from pipeline_src.contract import ENSEMBLE
 from pipeline_src.serving import admin
-from pipeline_src.serving.launcher import spawn
+from pipeline_src.serving.processes import spawn
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,10 +28,17 @@ def key_from_environment() -> str:
     return os.environ.get(KEY_ENV) or new_key()
 
 
+KEY_RULE = "a non-empty key without ',', ':', '=' or whitespace (Triton's flag syntax)"
+
+
+def is_valid_key(key: str) -> bool:
+    return bool(key) and not any(character in key for character in ",:= \n")
+
+
 def restricted_args(key: str) -> tuple[str, ...]:
     """tritonserver's arguments closing the admin groups to callers without ``key``, on HTTP and gRPC."""
-    if not key or any(character in key for character in ",:= \n"):
-        raise ValueError(f"{KEY_ENV}: a non-empty key without ',', ':', '=' or whitespace (Triton's flag syntax)")
+    if not is_valid_key(key):
+        raise ValueError(f"{KEY_ENV}: {KEY_RULE}")
     setting = f"{','.join(RESTRICTED)}:{HEADER}={key}"
     return (f"--http-restricted-api={setting}", f"--grpc-restricted-protocol={setting}")
 

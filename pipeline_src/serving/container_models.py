@@ -1,5 +1,6 @@
-"""The Triton image's model settings: ``FOOD11_BLIP`` and ``FOOD11_CLASSIFIER``, the values `make serve` takes as
-BLIP and CLASSIFIER (a Hugging Face id or snapshot directory; a checkpoint file in the container; ``stand-in``).
+"""The Triton image's model settings: ``FOOD11_BLIP`` and ``FOOD11_CLASSIFIER`` (``settings.ContainerSettings``), the
+values `make serve` takes as BLIP and CLASSIFIER (a Hugging Face id or snapshot directory; a checkpoint file in the
+container; ``stand-in``).
 
 Unset (the default), the container serves /models as it is and builds nothing. Set, it compares them with the
 manifests in /models before tritonserver starts (pipeline_src.provenance.staleness, no torch): what matches is
@@ -15,7 +16,7 @@ import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,10 +33,6 @@ class ModelsNotServable(Exception):
 class RequestedModels:
     blip: str = ""
     classifier: str = ""
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> RequestedModels:
-        return cls(environ.get(BLIP_ENV, "").strip(), environ.get(CLASSIFIER_ENV, "").strip())
 
     def build_args(self) -> list[str]:
         return [

@@ -1,8 +1,9 @@
-"""Start and stop the real ``tritonserver`` that the ``nvidia-pytriton`` wheel bundles (``TritonServer``).
+"""Start and stop the servers: the real ``tritonserver`` that the ``nvidia-pytriton`` wheel bundles
+(``TritonServer``; ``triton_server``: as the serving settings say, for ``make serve`` and the Triton container),
+and the FastAPI front (``ApiProcess``).
 
 The wheel's server needs no Docker (``triton_binary`` finds it and assembles its backend directory under
-``work_dir``); elsewhere (NVIDIA's container) pass ``binary``. Ports, errors and process helpers live in
-their own modules (``ports``, ``errors``, ``processes``) and are re-exported here for the code that imports them.
+``work_dir``); elsewhere (NVIDIA's container) pass ``binary``.
 """
 
 from __future__ import annotations
@@ -13,37 +14,74 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline_src.contract import RESPONSES_CACHED_ENV
 from pipeline_src.serving import admin
-from pipeline_src.serving.errors import PortInUseError, ServerStartError, TritonStartError
-from pipeline_src.serving.model_control import chosen_model_control
-from pipeline_src.serving.ports import LOOPBACK, Ports, check_ports_free, free_port, free_ports, reachable_host
-from pipeline_src.serving.processes import spawn, stop_process, wait_for_http
+from pipeline_src.serving.ports import LOOPBACK, Ports, reachable_host
+from pipeline_src.serving.processes import ServerStartError, TritonStartError, spawn, stop_process, wait_for_http
 from pipeline_src.serving.repository_api import TritonRepositoryApi
-from pipeline_src.serving.response_cache import CachedEnsembles, cache_flags
+from pipeline_src.serving.response_cache import CachedEnsembles, cache_flags, local_cache_args
 from pipeline_src.serving.triton_binary import bundled_command, bundled_library_path, path_with_python
 
-# serve.py, tests, benchmarks and deploy/ import these from here.
-__all__ = [
-    "LOOPBACK",
-    "PortInUseError",
-    "Ports",
-    "ServerStartError",
-    "TritonServer",
-    "TritonStartError",
-    "check_ports_free",
-    "free_port",
-    "free_ports",
-    "reachable_host",
-    "spawn",
-    "stop_process",
-    "wait_for_http",
-]
+if TYPE_CHECKING:  # the settings' packages are the supervisor's; tests and benchmarks start servers without them
+    from pipeline_src.serving.settings import ServeSettings
 
 DEFAULT_PORTS = Ports()  # 8000, 8001, 8002; frozen, so every server may share it as its default
+
+# Model control: explicit, every model loaded at start, unless the flags given choose a mode. Explicit control lets
+# a model be unloaded and loaded while serving (the reload watcher, the stub watchdog); loading every model at start
+# keeps what Triton's default mode did: all served, ready only once all loaded, a failed load ends the start.
+MODEL_CONTROL_FLAG = "--model-control-mode"
+EXPLICIT_MODEL_CONTROL = (f"{MODEL_CONTROL_FLAG}=explicit", "--load-model=*")
+
+
+def chosen_model_control(extra: Sequence[str]) -> str | None:
+    """The model control mode the extra tritonserver flags choose, if they do."""
+    found = re.search(rf"(?:^| ){MODEL_CONTROL_FLAG}[= ](\S+)", " ".join(extra))
+    return found.group(1) if found else None
+
+
+def model_control_args(extra: Sequence[str]) -> tuple[str, ...]:
+    """Explicit model control with every model loaded, unless the extra tritonserver flags choose a mode."""
+    return () if chosen_model_control(extra) else EXPLICIT_MODEL_CONTROL
+
+
+def tritonserver_flags(config_name: str, response_cache_mib: int, extra: Sequence[str]) -> tuple[str, ...]:
+    """What ``make serve`` and the Triton container add to ``TritonServer``'s own flags: model control, the ONNX
+    steps' config name, the local response cache unless ``extra`` configures a cache (Redis), then ``extra``,
+    last, so that it wins."""
+    return (
+        *model_control_args(extra),
+        *([f"--model-config-name={config_name}"] if config_name else []),
+        *(() if cache_flags(extra) else local_cache_args(response_cache_mib)),
+        *extra,
+    )
+
+
+ADDRESS_FLAG = re.compile(r"--(http|grpc|metrics)-address=(\S+)")
+
+
+def triton_server(settings: ServeSettings, report: Callable[[str], None], binary: Path | None = None) -> TritonServer:
+    """tritonserver as the serving settings say; ``binary`` where they name none. An ``--http-address`` among the
+    tritonserver flags binds the HTTP, gRPC and metrics endpoints alike (TRITON_ARGS on a host network)."""
+    addresses = {kind: value for argument in settings.triton_args for kind, value in ADDRESS_FLAG.findall(argument)}
+    extra = [argument for argument in settings.triton_args if not ADDRESS_FLAG.fullmatch(argument)]
+    return TritonServer(
+        settings.model_repository,
+        settings.work_dir or Path(tempfile.mkdtemp(prefix="food11-triton-")),
+        Ports(settings.http_port, settings.grpc_port, settings.metrics_port),
+        log_file=settings.log_file,
+        log_to_stdout=settings.log_file is None,
+        extra_args=tritonserver_flags(settings.triton_config, settings.response_cache_mib, extra),
+        binary=settings.tritonserver or binary,
+        address=addresses.get("http", settings.host),
+        admin_key=settings.admin_key(),
+        report=report,
+    )
 
 
 class TritonServer:
@@ -135,6 +173,7 @@ class TritonServer:
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ, PATH=path_with_python(self.steps_python))
+        env.pop(admin.KEY_ENV, None)  # the server has its key in its flags; its steps never see it
         if not self.binary:  # the wheel's server: its stub embeds this Python (triton_binary says why)
             env["LD_LIBRARY_PATH"] = bundled_library_path()
         if self.caches_responses:
@@ -218,3 +257,21 @@ class TritonServer:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+class ApiProcess:
+    """``python -m food11_api`` as a child process, configured through FOOD11_API_* variables: ``make serve``'s,
+    the benchmarks' and the tests'."""
+
+    def __init__(self, host: str, port: int, triton_grpc_url: str, **settings: object):
+        """``settings``: more of the API's settings by name (``max_in_flight=16``: FOOD11_API_MAX_IN_FLIGHT)."""
+        self.url = f"http://{reachable_host(host)}:{port}"
+        env = dict(os.environ, FOOD11_API_HOST=host, FOOD11_API_PORT=str(port), FOOD11_API_TRITON_URL=triton_grpc_url)
+        env |= {f"FOOD11_API_{name.upper()}": str(value) for name, value in settings.items()}
+        self.process = spawn([sys.executable, "-m", "food11_api"], env=env)
+
+    def wait_until_alive(self, timeout_s: float = 60.0) -> None:
+        wait_for_http(self.process, f"{self.url}/healthz", timeout_s, f"the API on {self.url}")
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        return stop_process(self.process, timeout_s)

@@ -7,7 +7,11 @@ import errno
 import socket
 from dataclasses import dataclass
 
-from pipeline_src.serving.errors import PortInUseError
+from pipeline_src.serving.processes import ServerStartError
+
+
+class PortInUseError(ServerStartError):
+    """A port a server needs is taken, typically by a server left over from an earlier run."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Server child processes: started so that they die with this process, waited on until they answer over
-HTTP, and stopped gracefully (forcibly if they hang)."""
+HTTP (``ServerStartError`` when one does not), and stopped gracefully (forcibly if they hang)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ import time
 import urllib.error
 import urllib.request
 
-from pipeline_src.serving.errors import ServerStartError
+
+class ServerStartError(RuntimeError):
+    """A server process exited, or did not answer in time."""
+
+
+class TritonStartError(ServerStartError):
+    """tritonserver exited or did not become ready; the message carries the end of its log."""
+
 
 _PR_SET_PDEATHSIG = 1
 # Resolved before any fork: the child runs only this call between fork and exec.

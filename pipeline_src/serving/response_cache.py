@@ -28,8 +28,6 @@ from pipeline_src.serving.reload import DEFAULT_PACKAGES, ChangeWatch, is_ensemb
 from pipeline_src.serving.repository_api import TritonRepositoryApi
 
 CACHE_CONFIG_FLAG = "--cache-config"
-RESPONSE_CACHE_ENV = "FOOD11_RESPONSE_CACHE_MIB"  # make serve's and the Triton image's setting
-DEFAULT_RESPONSE_CACHE_MIB = 64  # a pipeline answer is about 1.5 KB: tens of thousands of photos
 REVISION_FILE = "REVISION"  # the version folder of the override holds this one file: the revision's digest
 SMALL_FILE_BYTES = 1 << 20  # configs, code, manifests, tokenizers: by content; weights: by size and mtime
 MIB = 1 << 20

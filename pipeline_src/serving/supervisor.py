@@ -2,11 +2,14 @@
 
 Once a second: a tritonserver that died is started again (its cause logged: the signal or exit status), as is
 an API that died; the other keeps serving what it can meanwhile (the API answers 503 naming Triton while Triton
-is down). A step whose stub died or stopped is healed by the ``StubWatchdog``; a step whose files changed is
-reloaded by the ``StepReloader``. More restarts in a row than ``RestartBudget`` allows, each soon after the
-last (``crash_loop``), is a crash loop: ``CrashLoop`` ends the loop with the reason, as ``NeedsAPerson`` does
-for a step that keeps dying, so that a person (or the container's orchestrator, which then restarts the
-container) is told rather than the crash hidden.
+is down). A step whose stub died or stopped is healed by the watchdog (``watchdog``); a step whose files changed
+is reloaded by the ``StepReloader``. More restarts in a row than ``RestartBudget`` allows, each soon after the
+last (``DeathStreak``), is a crash loop: ``CrashLoop`` ends the loop with the reason, as ``NeedsAPerson`` does
+for a step that keeps dying, so that a person is told rather than the crash hidden.
+
+Where something else restarts this process (the Triton container: Compose's ``restart:``, Kubernetes), the
+restart limit is 0: a server that dies ends the loop at once with its cause (``NotRestarted``), and the
+orchestrator restarts the whole, with its own backoff.
 """
 
 from __future__ import annotations
@@ -19,12 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pipeline_src.serving.api_process import ApiProcess
-from pipeline_src.serving.crash_loop import DeathStreak
-from pipeline_src.serving.errors import TritonStartError
-from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.launcher import ApiProcess, TritonServer
+from pipeline_src.serving.processes import TritonStartError
 from pipeline_src.serving.stubs import zombie_children
-from pipeline_src.serving.watchdog import StubWatchdog
 
 Report = Callable[[str], None]
 
@@ -33,8 +33,55 @@ class CrashLoop(Exception):
     """A server died more often than its restart budget allows; the message says which, how often, why."""
 
 
+class NotRestarted(Exception):
+    """A server died under a restart limit of 0: whoever started this restarts it (the Triton container's
+    orchestrator); the message says which and why."""
+
+
 class Reloader(Protocol):
     def poll(self) -> bool: ...
+
+
+class Watchdog(Protocol):
+    """What heals a step whose stub died (``watchdog.StubWatchdog``)."""
+
+    def baseline(self) -> None: ...
+
+    def poll(self) -> None: ...
+
+
+@dataclass
+class DeathStreak:
+    """What a crash loop is, for the supervisor and the watchdog: deaths in quick succession, each within
+    ``stable_s`` of coming back from the one before. A server or step that stays up that long starts afresh, so
+    independent faults (an OOM kill today, a crash tomorrow) never add up to a crash loop, while one that dies
+    again right after each restart does, after ``limit`` restarts."""
+
+    limit: int
+    stable_s: float = 60.0
+    now: Callable[[], float] = time.monotonic
+    count: int = 0  # deaths in a row
+    back_at: float | None = None  # when it last came back (None: not since its last death)
+
+    def died(self) -> int:
+        """Count a death; how many in a row it makes."""
+        if self.back_at is not None and self.now() - self.back_at >= self.stable_s:
+            self.count = 0
+        self.count += 1
+        self.back_at = None
+        return self.count
+
+    @property
+    def exceeded(self) -> bool:
+        return self.count > self.limit
+
+    def came_back(self) -> None:
+        self.back_at = self.now()
+
+    def describe(self, what: str, cause: str) -> str:
+        return (
+            f"{what} died {self.count} times in a row, each within {self.stable_s:.0f} s of coming back (last: {cause})"
+        )
 
 
 def reap_orphans(keep: set[int]) -> None:
@@ -60,7 +107,7 @@ def exit_cause(returncode: int | None) -> str:
 @dataclass
 class RestartBudget:
     """Restarts of one server: more than ``limit`` in a row, each soon after the last (``DeathStreak``), is a
-    crash loop."""
+    crash loop; a limit of 0, none at all."""
 
     what: str
     limit: int = 5
@@ -71,7 +118,9 @@ class RestartBudget:
         self.streak = DeathStreak(self.limit, now=self.now)
 
     def spend(self, cause: str) -> int:
-        """Count one restart (its number in the streak); CrashLoop when over the limit."""
+        """Count one restart (its number in the streak); CrashLoop when over the limit, NotRestarted when it is 0."""
+        if self.limit == 0:
+            raise NotRestarted(f"{self.what} {cause}; restart limit 0: not restarted here")
         count = self.streak.died()
         if self.streak.exceeded:
             raise CrashLoop(f"{self.streak.describe(self.what, cause)}: not restarting it again, it needs a person")
@@ -84,7 +133,7 @@ class RestartBudget:
 @dataclass
 class Supervisor:
     server: TritonServer
-    watchdog: StubWatchdog
+    watchdog: Watchdog
     report: Report
     start_api: Callable[[], ApiProcess] | None = None  # None: Triton alone (the Triton container)
     reloader: Reloader | None = None
@@ -98,7 +147,7 @@ class Supervisor:
         self.watchdog.baseline()  # at once: a stub that dies from here on is seen
 
     def run(self) -> None:
-        """Until a stop signal's exception, CrashLoop or NeedsAPerson propagates out of it."""
+        """Until a stop signal's exception, CrashLoop, NotRestarted or NeedsAPerson propagates out of it."""
         while True:
             time.sleep(self.interval_s)
             self.step()
@@ -118,7 +167,8 @@ class Supervisor:
         assert self.server.process is not None
         returncode = self.server.process.returncode
         cause = exit_cause(returncode)
-        if returncode is not None and returncode > 0:  # it said why, last thing: a signal leaves no last words
+        # it said why, last thing (a signal leaves no last words); with its log in this output, just above
+        if returncode is not None and returncode > 0 and not self.server.log_to_stdout:
             cause += " (its log ends: " + " | ".join(self.server.log_tail(2).splitlines())[-300:] + ")"
         count = self.triton_budget.spend(cause)
         self.report(

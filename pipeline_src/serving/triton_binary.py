@@ -14,7 +14,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from pipeline_src.serving.errors import TritonStartError
+from pipeline_src.serving.processes import TritonStartError
 
 
 def _pytriton_dir() -> Path:

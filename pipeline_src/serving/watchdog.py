@@ -1,16 +1,24 @@
 """Heal a step whose stub process died or stopped: unload and load it through Triton's repository API.
 
-Triton 2.51 (and NVIDIA's 25.08 image) leaves such a model READY and fails each of its requests after a second,
-forever (``stubs``). The watchdog polls the server's stubs once a second; when an instance's stub is gone, or
-stopped (SIGSTOP: alive, never answering), it unloads the model at once (Triton kills a dead or stopped stub
-on unload, and the model and the ensembles using it turn unready, so every probe tells the truth), then loads
-it again: new stubs, and the ensembles come back with it. A load runs in a thread of its own, so the loop
-goes on watching the other steps and the servers meanwhile.
+A pinned workaround, in ``make serve`` and the Triton container alike. Why: python_backend removed its restart of a
+stub that died (in r24.06), and Triton's readiness does not see a dead stub: Triton 2.51 (the nvidia-pytriton
+wheel) and NVIDIA's 25.08 image leave such a model READY and fail each of its requests after a second, forever
+(``stubs``; docs/reliability.md, "What Triton does with a dead stub"). No probe sees it, so no orchestrator
+restarts anything for it. When it can go: once the Triton that the wheel and the image pin restarts a dead stub or
+reports its model not ready (python_backend's instance-readiness hook, r26.01, is the candidate): the killed-stub
+test in tests/integration/test_faults.py, which asserts the model still reads ready, then fails and says so.
+
+The watchdog polls the server's stubs once a second; when an instance's stub is gone, or stopped (SIGSTOP:
+alive, never answering), it unloads the model at once (Triton kills a dead or stopped stub on unload, and the
+model and the ensembles using it turn unready, so every probe tells the truth), then loads it again: new stubs,
+and the ensembles come back with it. A load runs in a thread of its own, so the loop goes on watching the other
+steps and the servers meanwhile.
 
 A stopped stub is killed first: under load Triton's unload waits for it forever. Deaths in quick succession
 back off (``backoff_s``: the wait before each load) and are counted: a model dying more than ``max_heals``
-times in a row, each soon after its last heal (``crash_loop``), is not healed but reported as needing a person
-(``NeedsAPerson``), never a restart loop that hides a crash; the model stays unloaded, so readiness says so.
+times in a row, each soon after its last heal (``supervisor.DeathStreak``), is not healed but reported as needing
+a person (``NeedsAPerson``), never a restart loop that hides a crash; the model stays unloaded, so readiness says
+so.
 """
 
 from __future__ import annotations
@@ -23,9 +31,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from pipeline_src.serving.crash_loop import DeathStreak
 from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.stubs import Stub, stubs_of
+from pipeline_src.serving.supervisor import DeathStreak
 
 Report = Callable[[str], None]
 
@@ -53,7 +61,7 @@ class StubWatchdog:
     server_pid: Callable[[], int]
     triton: TritonRepositoryApi
     report: Report
-    # A crash loop is more than max_heals deaths of one model in a row, each soon after its last heal (crash_loop).
+    # A crash loop is more than max_heals deaths of one model in a row, each soon after its last heal (DeathStreak).
     max_heals: int = 3
     backoff_s: tuple[float, ...] = (0.0, 5.0, 15.0)  # before the load after the 1st, 2nd, 3rd, ... death in a row
     now: Callable[[], float] = time.monotonic

@@ -9,7 +9,8 @@ import pytest
 from helpers import post_photo
 
 from food11_api.app import get_client
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from servers import UvicornThread
 from food11_api.app import create_app
 from food11_api.settings import ApiSettings
 from pipeline_src.contract import CLASSIFY_ENSEMBLE, ENSEMBLE
-from pipeline_src.serving.launcher import free_port
+from pipeline_src.serving.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ from helpers import extra_outputs
 from food11_client import cli
 from pipeline_src.contract import CLASSIFY_ENSEMBLE
 from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
-from pipeline_src.serving.launcher import free_port
+from pipeline_src.serving.ports import free_port
 
 pytestmark = pytest.mark.integration
 

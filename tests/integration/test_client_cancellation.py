@@ -8,7 +8,8 @@ from helpers import APPLE, QUICK_EXIT
 
 from food11_client import AsyncFood11Client, DeadlineExceededError, Food11Client
 from food11_client.cancellation import cancels_safely
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 
 @pytest.mark.parametrize(

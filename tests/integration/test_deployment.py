@@ -33,7 +33,9 @@ from ruamel.yaml import YAML
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.repository.validate import validate_repository
 from pipeline_src.serving import admin
-from pipeline_src.serving.launcher import TritonServer, TritonStartError, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
+from pipeline_src.serving.processes import TritonStartError
 
 REPOSITORY = PROJECT_ROOT / "model_repository"
 # The models with configs for Triton's native backend (model_repository/NAME/configs/), and those configs.
@@ -152,7 +154,9 @@ def test_the_dockerfiles_name_the_real_bases_by_default():
     assert "FROM ${PYTHON_IMAGE}" in dockerfile("Dockerfile.api")
 
 
-@pytest.mark.parametrize(("name", "extras"), [("Dockerfile.triton", {"${STEPS_EXTRA}"}), ("Dockerfile.api", {"api"})])
+@pytest.mark.parametrize(
+    ("name", "extras"), [("Dockerfile.triton", {"${STEPS_EXTRA},supervisor"}), ("Dockerfile.api", {"api"})]
+)
 def test_the_images_install_the_project_with_its_extra_and_nothing_pinned_apart(name, extras):
     installs = [command for command in pip_installs(name) if command not in model_build_installs()]
     assert installs
@@ -179,7 +183,7 @@ def test_the_model_build_stage_installs_the_build_extra_and_the_vocabulary_as_th
 
 def test_the_extras_the_images_take_exist():
     extras = optional_dependencies()
-    assert {"steps", "steps-gpu", "api"} <= extras.keys()
+    assert {"steps", "steps-gpu", "supervisor", "api"} <= extras.keys()
     gpu, cpu = extra_requirements("steps-gpu"), extra_requirements("steps")
     assert [spec.replace("onnxruntime-gpu", "onnxruntime") for spec in gpu] == cpu  # the same steps, ORT's GPU build
     assert not any(Requirement(spec).name == "tritonclient" for spec in gpu)  # NVIDIA's image has none
@@ -313,6 +317,65 @@ def test_weights_the_repository_does_not_hold_stop_the_container_before_tritonse
     assert "FOOD11_CLASSIFIER: classifier checkpoint /weights/food11.pth: no such file" in started.stderr
 
 
+FAKE_TRITONSERVER = """#!{python}
+# Ready at once (one answer to the readiness probe), then exits 3: a tritonserver that dies while serving.
+import http.server, sys
+port = int(next(a for a in sys.argv if a.startswith("--http-port=")).split("=")[1])
+with open({runs!r}, "a") as runs:
+    runs.write("started\\n")
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+with http.server.HTTPServer(("127.0.0.1", port), Ready) as server:
+    server.handle_request()
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize(("restart_limit", "starts"), [(None, 1), ("1", 2)], ids=["default", "restarts-set"])
+def test_a_dead_tritonserver_ends_the_container_for_its_orchestrator_to_restart(tmp_path, restart_limit, starts):
+    """The container restarts nothing by default (FOOD11_RESTART_LIMIT 0): Compose's restart: or Kubernetes does,
+    with their backoff; the reason is the container's last line, its status 1. FOOD11_RESTART_LIMIT=1 restarts it
+    once in place, then ends the crash loop."""
+    runs = tmp_path / "runs"
+    fake = tmp_path / "bin" / "tritonserver"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_TRITONSERVER.format(python=sys.executable, runs=str(runs)))
+    fake.chmod(0o755)
+    ports = free_ports()
+    environment = {
+        "PATH": f"{fake.parent}:{os.environ['PATH']}",
+        "FOOD11_HTTP_PORT": str(ports.http),
+        "FOOD11_GRPC_PORT": str(ports.grpc),
+        "FOOD11_METRICS_PORT": str(ports.metrics),
+        "FOOD11_RESPONSE_CACHE_MIB": "0",  # turning the cache on asks the repository API, which the fake has not
+        **({"FOOD11_RESTART_LIMIT": restart_limit} if restart_limit else {}),
+    }
+    started = subprocess.run(
+        [sys.executable, "-m", "pipeline_src.serving.triton_container"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "supervisor: tritonserver ready; watching it and its steps" in started.stdout
+    assert started.returncode == 1 and runs.read_text().count("started") == starts
+    (last,) = started.stderr.splitlines()[-1:]
+    if restart_limit is None:
+        assert last == (
+            "error: tritonserver exited with status 3; restart limit 0: not restarted here: the container ends, "
+            "for its restart policy to start it again"
+        )
+    else:
+        assert (
+            "supervisor: tritonserver exited with status 3; restarting it (1 in a row of at most 1)" in started.stdout
+        )
+        assert last.startswith("error: tritonserver died 2 times in a row") and "it needs a person" in last
+
+
 def pypi_reachable() -> bool:
     try:
         with urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=10):
@@ -351,9 +414,9 @@ def dry_run_install(python_version: str, requirements: list[str], tmp_path: Path
 
 @pytest.mark.skipif(not pypi_reachable(), reason="PyPI is not reachable from this machine")
 def test_the_triton_images_extra_installs_for_its_python_and_not_for_24_10s(tmp_path):
-    """The container check builds the image on Python 3.11; NVIDIA's image has 3.12: the `steps-gpu` extra and
-    everything it pulls in must have wheels for that Python too."""
-    requirements = extra_requirements("steps-gpu")
+    """The container check builds the image on Python 3.11; NVIDIA's image has 3.12: the `steps-gpu` and
+    `supervisor` extras and everything they pull in must have wheels for that Python too."""
+    requirements = extra_requirements("steps-gpu") + extra_requirements("supervisor")
     result = dry_run_install(TRITON_IMAGE_PYTHON, requirements, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     for spec in requirements:

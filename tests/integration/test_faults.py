@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from food11_client import Food11Client
 from food11_client.cancellation import cancels_safely
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,9 @@ import tritonclient.grpc as grpcclient
 from helpers import APPLE
 
 from pipeline_src.contract import CLASSIFY_ENSEMBLE
-from pipeline_src.serving.errors import TritonStartError
-from pipeline_src.serving.launcher import Ports, TritonServer, free_port
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import Ports, free_port
+from pipeline_src.serving.processes import TritonStartError
 
 pytestmark = pytest.mark.integration
 

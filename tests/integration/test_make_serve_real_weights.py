@@ -21,7 +21,7 @@ import torch
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.classifier_export import course_mobilenet_v2
 from pipeline_src.provenance.manifest import read_manifest
-from pipeline_src.serving.launcher import free_port, free_ports
+from pipeline_src.serving.ports import free_port, free_ports
 from pipeline_src.steps.captioning import STANDIN_MARKER
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,8 @@ from helpers import APPLE, PHOTOS_DIR, QUICK_EXIT, admin_client, post_photo
 from food11_client import Food11Client, PipelineError, cli
 from pipeline_src.contract import CORE_OUTPUTS
 from pipeline_src.repository.validate import validate_repository
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 pytestmark = pytest.mark.integration
 

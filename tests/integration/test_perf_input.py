@@ -16,7 +16,8 @@ from pipeline_src.profiling.perf_input import main, write_all, write_input_data
 from pipeline_src.profiling.step_runners import SPECIAL_RUNNERS, load_models
 from pipeline_src.repository.scaffold import Layout, StepSpec, Tensor, create_step
 from pipeline_src.repository.validate import validate_repository
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 from pipeline_src.steps.classification import plan_captions
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.settings import CaptionerSettings, CaptionWithLabelSettings

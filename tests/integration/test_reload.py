@@ -24,7 +24,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from helpers import APPLE, post_photo, serve_command
 
-from pipeline_src.serving.launcher import Ports, free_ports
+from pipeline_src.serving.ports import Ports, free_ports
 
 pytestmark = pytest.mark.integration
 

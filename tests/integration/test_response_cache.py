@@ -21,8 +21,8 @@ from food11_client import Food11Client
 from food11_client.errors import ServerUnavailableError
 from pipeline_src.contract import ENSEMBLE
 from pipeline_src.profiling.perf_analyzer import cache_refusal
-from pipeline_src.serving.api_process import ApiProcess
-from pipeline_src.serving.launcher import TritonServer, free_port, free_ports
+from pipeline_src.serving.launcher import ApiProcess, TritonServer
+from pipeline_src.serving.ports import free_port, free_ports
 from pipeline_src.serving.reload import StepReloader
 from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.response_cache import local_cache_args, repository_revision

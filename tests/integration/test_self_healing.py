@@ -17,7 +17,7 @@ import psutil
 import pytest
 from helpers import APPLE, serve_command
 
-from pipeline_src.serving.launcher import free_port, free_ports
+from pipeline_src.serving.ports import free_port, free_ports
 from pipeline_src.serving.stubs import stubs_of
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ from helpers import post_json_status, serve_command
 
 from food11_client import Food11Client
 from pipeline_src.serving import admin
-from pipeline_src.serving.launcher import free_port, free_ports
+from pipeline_src.serving.ports import free_port, free_ports
 
 pytestmark = pytest.mark.integration
 

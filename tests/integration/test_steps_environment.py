@@ -12,7 +12,8 @@ from helpers import APPLE
 
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 pytestmark = pytest.mark.integration
 

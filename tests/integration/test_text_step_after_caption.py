@@ -23,7 +23,8 @@ from food11_client import Food11Client
 from pipeline_src.ensemble_pruning import Step, produced, pruned_steps
 from pipeline_src.repository.loading import parse_config
 from pipeline_src.repository.validate import validate_repository
-from pipeline_src.serving.launcher import TritonServer, free_ports
+from pipeline_src.serving.launcher import TritonServer
+from pipeline_src.serving.ports import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -10,6 +10,7 @@ from pipeline_src.provenance.manifest import write_manifest
 from pipeline_src.provenance.origins import blip_standin_origin, classifier_origin, real_blip_origin
 from pipeline_src.serving import container_models
 from pipeline_src.serving.container_models import ModelsNotServable, RequestedModels, ensure_models
+from pipeline_src.serving.settings import ContainerSettings
 
 
 def built_repository(root: Path, blip: str | None, checkpoint: Path | None) -> Path:
@@ -107,14 +108,20 @@ def test_a_checkpoint_that_is_not_there_is_named(tmp_path):
 
 def test_the_image_builds_nothing_and_reads_nothing_when_nothing_is_asked(tmp_path, monkeypatch):
     monkeypatch.setattr(container_models.subprocess, "run", pytest.fail)
-    ensure_models(tmp_path / "no-such-repository", RequestedModels.from_environ({}), print)
+    for name in ("FOOD11_BLIP", "FOOD11_CLASSIFIER"):
+        monkeypatch.delenv(name, raising=False)
+    settings = ContainerSettings()
+    ensure_models(tmp_path / "no-such-repository", RequestedModels(settings.blip, settings.classifier), print)
 
 
 def test_the_image_serves_at_once_what_matches(tmp_path, monkeypatch, snapshots, checkpoints):
     repository = built_repository(tmp_path / "repo", snapshots[0], checkpoints[0])
     monkeypatch.setattr(container_models.subprocess, "run", pytest.fail)
     said: list[str] = []
-    requested = RequestedModels.from_environ({"FOOD11_BLIP": snapshots[0], "FOOD11_CLASSIFIER": f" {checkpoints[0]} "})
+    monkeypatch.setenv("FOOD11_BLIP", str(snapshots[0]))
+    monkeypatch.setenv("FOOD11_CLASSIFIER", f" {checkpoints[0]} ")
+    settings = ContainerSettings()
+    requested = RequestedModels(settings.blip, settings.classifier)
     ensure_models(repository, requested, said.append)
     assert [line.split(":")[1].strip() for line in said] == ["classifier", "captioner"]
     assert all("already built from" in line for line in said)

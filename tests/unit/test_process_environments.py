@@ -66,6 +66,12 @@ def test_each_step_imports_with_the_steps_extra_alone(model_py):
     assert result.returncode == 0, f"{model_py} with only [steps]:\n{result.stderr}"
 
 
+def test_the_triton_images_command_imports_with_the_extras_the_image_installs():
+    """Dockerfile.triton installs the steps' extra and the supervisor's: its command (the supervisor) runs there."""
+    result = run_with_only("steps,supervisor", "import pipeline_src.serving.triton_container")
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_api_app_builds_with_the_api_extra_alone():
     result = run_with_only("api", "from food11_api.app import create_app; create_app()")
     assert result.returncode == 0, result.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_src.serving.model_control import EXPLICIT_MODEL_CONTROL, chosen_model_control, model_control_args
+from pipeline_src.serving.launcher import EXPLICIT_MODEL_CONTROL, chosen_model_control, model_control_args
 from pipeline_src.serving.reload import (
     DEFAULT_PACKAGES,
     ChangeWatch,
@@ -21,7 +21,7 @@ from pipeline_src.serving.reload import (
     mark_modified,
     needs_forced_reload,
 )
-from pipeline_src.serving.serve import parse_args
+from pipeline_src.serving.settings import ServeSettings, settings_from
 from pipeline_src.serving.step_imports import ImportTracer
 
 ENSEMBLE_CONFIG = 'name: "pipeline"\nplatform: "ensemble"\n'
@@ -207,9 +207,9 @@ def test_serve_runs_triton_under_explicit_model_control_unless_told_otherwise():
 
 
 def test_serve_reloads_by_default_and_not_when_told():
-    assert parse_args([]).reload is True
-    assert parse_args(["--no-reload"]).reload is False
-    assert parse_args(["--reload-package", "src/mine"]).reload_package == [Path("src/mine")]
+    assert settings_from(ServeSettings, [], None).reload is True
+    assert settings_from(ServeSettings, ["--no-reload"], None).reload is False
+    assert settings_from(ServeSettings, ["--reload-package", "src/mine"], None).reload_package == (Path("src/mine"),)
 
 
 class TritonTakingDownAnEnsemble:

@@ -1,10 +1,11 @@
 """The supervisor's bookkeeping without servers: reading a stub's command line, naming how a process ended,
-and the restart budget that turns a crash loop into a stop with its reason."""
+and the restart budget that turns a crash loop into a stop with its reason (at once, under a limit of 0: the Triton
+container's)."""
 
 import pytest
 
 from pipeline_src.serving.stubs import parse_stub
-from pipeline_src.serving.supervisor import CrashLoop, RestartBudget, exit_cause
+from pipeline_src.serving.supervisor import CrashLoop, NotRestarted, RestartBudget, exit_cause
 
 # As /proc/<pid>/cmdline gives a Python-backend stub of tritonserver 2.51 (NUL-separated).
 STUB_ARGUMENTS = [
@@ -58,3 +59,9 @@ def test_the_budget_allows_its_limit_in_a_row_then_stops_with_the_reason():
     assert budget.spend("exited with status 1") == 2  # did not come back since: still in a row
     with pytest.raises(CrashLoop, match=r"tritonserver died 3 times in a row, each within 60 s .*last: exited"):
         budget.spend("exited with status 1")
+
+
+def test_a_limit_of_zero_restarts_nothing_and_says_why():
+    budget = RestartBudget("tritonserver", limit=0)
+    with pytest.raises(NotRestarted, match=r"^tritonserver killed by SIGKILL; restart limit 0: not restarted here$"):
+        budget.spend("killed by SIGKILL")
