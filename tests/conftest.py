@@ -1,12 +1,13 @@
 """Fixtures shared by every test folder; shared constants and helpers are in helpers.py.
 
 tests/unit needs no server, no socket and no subprocess server: the pipeline's code, its configs and the
-model files a tiny build makes (the ``model_repository`` fixture below, a few seconds), so
-``pytest tests/unit`` gives fast feedback alone. tests/integration starts the real things: one
-tritonserver for the session, the API on real sockets, a browser, ``scripts/serve.py``; their fixtures
-are in servers.py (a plugin, so that tests/benchmarks shares the same server). A module that mixes both
-kinds stays in tests/integration. tests/benchmarks tests the measurement package (benchmarks/) and the
-GPU route's staging (scripts/device_*.py), apart from the product's tests."""
+model files a tiny build makes (the ``model_repository`` fixture below, a few seconds). tests/integration
+starts the real things: one tritonserver for the session, the API on real sockets, a browser,
+``scripts/serve.py``; their fixtures are in servers.py (a plugin, so that tests/benchmarks shares the same
+server). A module that mixes both kinds stays in tests/integration, its server tests marked ``integration``:
+``make test-unit`` (``pytest -m "not integration"``) runs every other test, from every folder, in about a minute.
+tests/benchmarks tests the measurement package (benchmarks/) and the GPU route's staging (scripts/device_*.py),
+apart from the product's tests."""
 
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ from helpers import FRUIT_PHOTOS, PHOTOS_DIR, encode
 from PIL import Image
 
 pytest_plugins = ["servers"]  # tests/servers.py: the session's tritonserver and API, for every folder
+
+# servers.py's fixtures that start a server: a test using one, in any folder, is an integration test, so that
+# make test-unit never starts one. A test starting a server of its own says @pytest.mark.integration itself.
+SERVER_FIXTURES = frozenset({"triton", "client", "triton_grpc", "api_factory", "api", "real_api"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
