@@ -11,6 +11,7 @@ apart from the product's tests."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -42,13 +43,29 @@ def photos() -> dict[str, bytes]:
     return found
 
 
+# The BLS step's instances in the tests' repository. Triton 2.51 stops a Python step's instances one after another,
+# about 1.2 s each: at the shipped 8, every graceful stop of a server took 10 s (most of a scripts/serve.py test).
+# Two still run requests side by side; tests/unit/test_model_configs.py holds the shipped config to its count.
+TEST_BLS_INSTANCES = 2
+
+
 @pytest.fixture(scope="session")
 def model_repository(tmp_path_factory) -> Path:
     """A copy of model_repository/ (configs and model.py files) with its model files built by the
     project's own build command: the offline-default classifier and the tiny BLIP stand-in, with the int8
-    twins that the precision tests need and the fp16 twins of the captioner's fast mode."""
+    twins that the precision tests need and the fp16 twins of the captioner's fast mode. caption_with_label
+    runs TEST_BLS_INSTANCES instances; every other setting is the shipped one."""
     from pipeline_src.model_build.cli import build_repository_copy
 
-    return build_repository_copy(
+    repository = build_repository_copy(
         tmp_path_factory.mktemp("repo") / "model_repository", models=["--blip-standin", "tiny", "--int8", "--fast"]
     )
+    config = repository / "caption_with_label" / "config.pbtxt"
+    text, changed = re.subn(
+        r"instance_group \[ \{ count: \d+, kind: KIND_CPU \} \]",
+        f"instance_group [ {{ count: {TEST_BLS_INSTANCES}, kind: KIND_CPU }} ]",
+        config.read_text(),
+    )
+    assert changed == 1, f"{config}: its instance_group line changed; set TEST_BLS_INSTANCES anew"
+    config.write_text(text)
+    return repository
