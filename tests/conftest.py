@@ -11,6 +11,7 @@ apart from the product's tests."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -69,3 +70,13 @@ def model_repository(tmp_path_factory) -> Path:
     assert changed == 1, f"{config}: its instance_group line changed; set TEST_BLS_INSTANCES anew"
     config.write_text(text)
     return repository
+
+
+@pytest.fixture(scope="session", autouse=True)
+def subprocess_pytest_without_plugins():
+    """The pytest runs the tests start (a scaffolded step's generated tests, in a process of their own) load no
+    entry-point plugins: this virtualenv's hypothesis, schemathesis and anyio cost 1.6 s a start, and no
+    generated test uses them. This process has loaded its plugins already."""
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    yield
+    os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
