@@ -2,6 +2,8 @@
 #             name (real weights), run Triton and the API (:8080) in the foreground; Ctrl-C stops both.
 # make test:  set up, lint and type-check (make lint), run the whole test suite (it builds its own tiny models
 #             and starts its own Triton).
+# make test-unit: set up, run the tests that start no server (tritonserver, uvicorn, a browser): the quick loop
+#             while changing a step or the build (under a minute once the tiny models are built).
 # make lint:  ruff (lint + format check) and mypy, as configured in pyproject.toml; `make format` formats.
 # make soak:  2,000 requests at concurrency 16 through the API; zero failed, zero lost, every answer its own
 #             photo's, memory flat; figures in benchmarks/results/soak.md (SOAK_ARGS; a few minutes).
@@ -55,7 +57,7 @@ API_PORT ?= 8080
 
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 
-.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test bench bench-captioner bench-gpu audit-offline container-check soak overload chaos audit clean
+.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test test-unit bench bench-captioner bench-gpu audit-offline container-check soak overload chaos audit clean
 
 # pip as `python -m venv` bundles it has known advisories: upgraded as the virtualenv is made.
 PIP_VERSION := 26.1.2
@@ -145,6 +147,10 @@ format: install
 test: install browser lint
 	@$(BIN)/food11-perf-analyzer --install >/dev/null || echo "note: without perf_analyzer its test is skipped"
 	$(BIN)/python -m pytest
+
+# Every test not marked integration (pyproject.toml's markers; tests/conftest.py marks a test using a server fixture).
+test-unit: install
+	$(BIN)/python -m pytest -m "not integration"
 
 bench: models perf-analyzer
 	$(BIN)/python -m benchmarks.bench $(BENCH_ARGS)

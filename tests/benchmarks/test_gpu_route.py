@@ -76,6 +76,7 @@ def run_until(
     return json.loads((out / "stopped.json").read_text()), "".join(lines) + rest, out
 
 
+@pytest.mark.integration  # benchmarks.gpu_serve starts its own tritonserver
 def test_a_run_stopped_while_a_stage_hangs_saves_its_results_so_far_and_tritons_log(model_repository, tmp_path):
     hung = wrapper(tmp_path, "exec sleep 3600")  # a reference that never answers
     result, output, out = run_until(
@@ -94,6 +95,7 @@ def test_a_run_stopped_while_a_stage_hangs_saves_its_results_so_far_and_tritons_
         os.kill(int((tmp_path / "started").read_text()), 0)
 
 
+@pytest.mark.integration  # benchmarks.gpu_serve starts its own tritonserver
 def test_a_run_stopped_mid_sweep_keeps_the_captions_check_and_tritons_log(model_repository, tmp_path):
     try:
         perf_analyzer.library_path()

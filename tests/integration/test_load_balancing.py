@@ -2,6 +2,7 @@
 two real tritonservers on 127.0.0.1 and 127.0.0.2 (same gRPC port), one target resolving to both."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -38,8 +39,8 @@ def two_tritons(model_repository, tmp_path_factory):
             start_once_more_if_it_aborts(server)
         yield servers
     finally:
-        for server in servers:
-            server.stop()
+        with ThreadPoolExecutor(len(servers)) as pool:  # side by side: each stop waits on Triton's unloading
+            list(pool.map(TritonServer.stop, servers))
 
 
 def start_once_more_if_it_aborts(server: TritonServer) -> None:

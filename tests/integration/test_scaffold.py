@@ -462,8 +462,9 @@ def served(spec: StepSpec, model_repository: Path, triton_grpc, tmp_path: Path):
             shutil.rmtree(model_repository / spec.name)
 
 
-@pytest.fixture
-def scaffolded_in_server(model_repository, triton_grpc, tmp_path):
+@pytest.fixture(scope="module")  # loaded once: the tests that use it only call it
+def scaffolded_in_server(model_repository, triton_grpc, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("scaffolded")
     with served(StepSpec(unique("scaffolded")), model_repository, triton_grpc, tmp_path) as name:
         yield name
 

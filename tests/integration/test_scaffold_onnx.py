@@ -252,9 +252,9 @@ def served_step(model_repository: Path, triton_grpc, tmp_path: Path, batch: int 
             triton_grpc.load_model("label", config=json.dumps(label))
 
 
-@pytest.fixture
-def onnx_step_in_server(model_repository, triton_grpc, tmp_path):
-    with served_step(model_repository, triton_grpc, tmp_path) as name:
+@pytest.fixture(scope="module")  # loaded once: the tests that use it only call it
+def onnx_step_in_server(model_repository, triton_grpc, tmp_path_factory):
+    with served_step(model_repository, triton_grpc, tmp_path_factory.mktemp("onnx_step")) as name:
         yield name
 
 

@@ -5,8 +5,10 @@ NVIDIA's Triton image lacks) would pass every other test and fail to load in the
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -42,14 +44,39 @@ def project_commands() -> dict[str, str]:
     return tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 
 
+def command_run(command: str) -> tuple[str, str]:
+    """(extras, code): the command's entry point imported with its extras alone."""
+    module, _, function = project_commands()[command].partition(":")
+    return COMMAND_EXTRAS[command], f"import {module}; {module}.{function}"
+
+
+def step_run(model_py: Path) -> tuple[str, str]:
+    return "steps", f"import runpy; runpy.run_path({str(model_py)!r})"
+
+
+API_APP_RUN = ("api", "from food11_api.app import create_app; create_app()")
+
+
+@pytest.fixture(scope="module")
+def ran_alone() -> dict[tuple[str, str], subprocess.CompletedProcess]:
+    """Every run the tests below check, started side by side: each is a Python process of its own that spends
+    its half second importing, so they share the cores rather than wait for one another."""
+    runs = [
+        *(command_run(command) for command in sorted(set(COMMAND_EXTRAS) & set(project_commands()))),
+        *(step_run(model_py) for model_py in STEP_MODELS),
+        API_APP_RUN,
+    ]
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        return dict(zip(runs, pool.map(lambda run: run_with_only(*run), runs)))
+
+
 def test_every_command_names_its_extras():
     assert set(project_commands()) == set(COMMAND_EXTRAS), "give each [project.scripts] entry its extras here"
 
 
 @pytest.mark.parametrize("command", sorted(COMMAND_EXTRAS))
-def test_each_command_imports_with_its_extras_alone(command):
-    module, _, function = project_commands()[command].partition(":")
-    result = run_with_only(COMMAND_EXTRAS[command], f"import {module}; {module}.{function}")
+def test_each_command_imports_with_its_extras_alone(command, ran_alone):
+    result = ran_alone[command_run(command)]
     assert result.returncode == 0, f"{command} with only [{COMMAND_EXTRAS[command]}]:\n{result.stderr}"
 
 
@@ -61,8 +88,8 @@ def test_each_profiling_script_imports_with_its_extras_alone(script):
 
 
 @pytest.mark.parametrize("model_py", STEP_MODELS, ids=[path.parts[-3] for path in STEP_MODELS])
-def test_each_step_imports_with_the_steps_extra_alone(model_py):
-    result = run_with_only("steps", f"import runpy; runpy.run_path({str(model_py)!r})")
+def test_each_step_imports_with_the_steps_extra_alone(model_py, ran_alone):
+    result = ran_alone[step_run(model_py)]
     assert result.returncode == 0, f"{model_py} with only [steps]:\n{result.stderr}"
 
 
@@ -72,8 +99,8 @@ def test_the_triton_images_command_imports_with_the_extras_the_image_installs():
     assert result.returncode == 0, result.stderr
 
 
-def test_the_api_app_builds_with_the_api_extra_alone():
-    result = run_with_only("api", "from food11_api.app import create_app; create_app()")
+def test_the_api_app_builds_with_the_api_extra_alone(ran_alone):
+    result = ran_alone[API_APP_RUN]
     assert result.returncode == 0, result.stderr
 
 
