@@ -100,8 +100,8 @@ class CaptionEngine:
         """``report``: called in the loop's thread before it answers requests and when it goes idle (the step's
         metrics: its clock's totals reach Triton before the answers they timed). ``threaded=False``: no thread; the
         caller runs the loop one iteration at a time (``iterate``), as the tests do to place each join exactly.
-        ``vision``: encodes a job's pixels into embeddings on the decoder's device (``DeviceVisionEncoder``); None:
-        jobs with pixels are refused."""
+        ``vision``: encodes the pixels of the requests joining at a step, in one run, into embeddings on the decoder's
+        device (``DeviceVisionEncoder``); None: jobs with pixels are refused."""
         if not isinstance(captioner.decoder, FixedBufferDecoder):
             raise TypeError("the loop needs a FixedBufferDecoder: rows join and leave its table")
         self.captioner = captioner
@@ -258,8 +258,9 @@ class CaptionEngine:
 
     def _iterate(self, joining: Sequence[Job]) -> None:
         """The joining requests' prompts, then one step of every row in use; answers the requests that ended."""
+        encoded = self._encode(joining)
         for job in joining:
-            self._join(job)
+            self._join(job, *encoded.get(id(job), (job.image_embeds, 0)))
         in_use = [index for index, row in enumerate(self.rows) if row is not None]
         if in_use:
             clock = self.captioner.clock
@@ -270,19 +271,29 @@ class CaptionEngine:
             for index in in_use:
                 self._record(index, int(tokens[index]), index in redone)
 
-    def _join(self, job: Job) -> None:
+    def _encode(self, joining: Sequence[Job]) -> dict[int, tuple[np.ndarray | ort.OrtValue, int]]:
+        """The joining requests' pixels encoded in one batch (on the decoder's device: they stay there): for each
+        such request (by id), the embeddings and the row its images begin at."""
+        pixels = {id(job): job.pixels for job in joining if job.pixels is not None}
+        if not pixels or self.vision is None:
+            return {}
+        with self.captioner.clock.timing("vision"):
+            embeds = self.vision(np.concatenate(list(pixels.values())))
+        encoded, start = {}, 0
+        for key, images in pixels.items():
+            encoded[key], start = (embeds, start), start + len(images)
+        return encoded
+
+    def _join(self, job: Job, embeds: np.ndarray | ort.OrtValue | None, base: int) -> None:
+        """``job``'s rows begin, its images at rows ``base..`` of ``embeds``."""
         job.tokens = [[] for _ in job.prompts]
         job.redone = [0] * len(job.prompts)
         job.open_rows = len(job.prompts)
-        embeds: np.ndarray | ort.OrtValue | None = job.image_embeds
-        if job.pixels is not None and self.vision is not None:
-            with self.captioner.clock.timing("vision"):
-                embeds = self.vision(job.pixels)  # on the decoder's device: they stay there
         assert embeds is not None  # submit refused the others
         prompt_ids = [self.captioner.prompt_ids(prompt) for prompt in job.prompts]
         if not self.decoder.fits(prompt_ids, self.max_new_tokens):  # longer prompts than the table's slots
             self._release(job)
-            host = embeds.numpy() if isinstance(embeds, ort.OrtValue) else embeds
+            host = (embeds.numpy() if isinstance(embeds, ort.OrtValue) else embeds)[base : base + len(job.prompts)]
             captions = self.captioner.caption(host, job.prompts)  # outside the table: the exact graphs
             self.answers.append((job, captions, None, [EXACT] * len(captions)))
             return
@@ -291,7 +302,7 @@ class CaptionEngine:
                 start = job.rows.index(first)
                 span = slice(start, start + last - first + 1)
                 tokens = self.decoder.admit(
-                    first, embeds, prompt_ids[span], self.captioner.repetition_penalty, embeds_row=start
+                    first, embeds, prompt_ids[span], self.captioner.repetition_penalty, embeds_row=base + start
                 )
                 redone = set(self.decoder.last_redone)
                 for row, token in zip(range(first, last + 1), tokens):

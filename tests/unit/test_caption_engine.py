@@ -249,19 +249,29 @@ def test_a_failing_report_loses_figures_not_answers(graphs_dir, embeds, alone):
 def test_pixels_encoded_in_the_loop_give_the_captions_of_the_embeddings(graphs_dir, model_repository, embeds, alone):
     """food11_pipeline_merged's path: a request sends uint8 pixels, the loop encodes them with the vision graph on
     the decoder's device and captions them; the captions are those of the vision encoder step's embeddings. A
-    request with neither input, or the pixels to a captioner without the graph, is refused with why."""
+    request with neither input, or the pixels to a captioner without the graph, is refused with why. Requests that
+    join at the same step are encoded in one run of the vision graph, each captioned from its own rows of it."""
     from pipeline_src.steps.device_vision import DeviceVisionEncoder
 
     captioner = table(graphs_dir)
     vision = DeviceVisionEncoder(model_repository / "vision_encoder" / "1" / "model.onnx", captioner.decoder.device)
-    pixels = np.concatenate([check_pixels(9), check_pixels(3)])[:3]
-    engine = CaptionEngine(captioner, threaded=False, vision=vision)
+    batches: list[int] = []
+
+    def counted(images):
+        batches.append(len(images))
+        return vision(images)
+
+    pixels = np.concatenate([check_pixels(9), check_pixels(3)])[:5]
+    engine = CaptionEngine(captioner, threaded=False, vision=counted)
     answers = Answers()
-    engine.submit(answers.job("pixels", None, PROMPTS[:3], pixels=pixels))
+    engine.submit(answers.job("pixels", None, PROMPTS[:3], pixels=pixels[:3]))
+    engine.submit(answers.job("more", None, PROMPTS[3:5], pixels=pixels[3:5]))
     engine.submit(answers.job("neither", None, PROMPTS[:1]))
     while engine.rows_in_use or engine.waiting or engine.refusals:
         engine.iterate()
+    assert batches == [5]
     assert answers.got["pixels"] == ([alone(row, PROMPTS[row]) for row in range(3)], None)
+    assert answers.got["more"] == ([alone(row, PROMPTS[row]) for row in range(3, 5)], None)
     assert "either IMAGE_EMBEDS or CAPTIONER_PIXELS" in str(answers.got["neither"][1])
     blind = CaptionEngine(table(graphs_dir), threaded=False)
     blind.submit(answers.job("blind", None, PROMPTS[:1], pixels=pixels[:1]))
