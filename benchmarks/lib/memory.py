@@ -1,5 +1,5 @@
-"""The memory of running servers, as the OS counts it: tritonserver and every process it started (the Python
-backend stubs), the API process; and the one sampler every benchmark watches it with over a run."""
+"""The memory and CPU time of running servers, as the OS counts them: tritonserver and every process it started
+(the Python backend stubs), the API process; and the one sampler every benchmark watches memory with over a run."""
 
 from __future__ import annotations
 
@@ -21,6 +21,18 @@ def _memory(process: psutil.Process):
         return process.memory_full_info()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
+
+
+def server_cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a server and every process it started (those alive now)."""
+    total = 0.0
+    for process in server_processes(pid):
+        try:
+            times = process.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        total += times.user + times.system
+    return total
 
 
 def server_memory_mib(*pids: int) -> dict[str, float]:
