@@ -11,6 +11,9 @@ that waits past its timeout (or its caller's time left) is refused ("Request tim
 policy itself: execute returns at once, so Triton's queue in front of the step stays empty. Callers read both as
 over capacity (``pipeline_src.contract.QUEUE_REFUSALS``). A request whose caller has gone is dropped before it joins. A
 request joins whole (all its rows at once), in arrival order.
+
+Longer than most: the waiting requests, the table's rows and the answers are one state that one thread changes
+between steps; split, each part would need the others' lock.
 """
 
 from __future__ import annotations
