@@ -121,7 +121,7 @@ serve: models
 
 # Both images built and run on stand-in bases by Compose v2 (docs/deployment.md, "The container check").
 container-check: $(VENV)/.installed-serve
-	$(BIN)/python deploy/containers/check.py
+	$(BIN)/python tests/containers/check.py
 
 # The page test drives Debian's Chromium; installed here when this is a Debian machine and we are root.
 browser:

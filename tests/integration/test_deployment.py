@@ -3,7 +3,7 @@ cluster: the classifier's native-backend configs, the Dockerfiles' bases, extras
 image's extra against NVIDIA's Python, its unprivileged user and its command (the admin APIs behind a key, run
 with a stand-in tritonserver), compose against the compose-spec schema (and what the container check changes of
 it), the manifests against Kubernetes' (the pods unprivileged, who the NetworkPolicies admit). The images
-themselves are built and run by `make container-check` (deploy/containers/check.py), which needs a Docker
+themselves are built and run by `make container-check` (tests/containers/check.py), which needs a Docker
 engine."""
 
 import json
@@ -101,7 +101,7 @@ def test_tritonserver_reads_the_switch(model_repository, tmp_path):
 
 
 # Dockerfiles -----------------------------------------------------------------------------------------
-# Built and run for real by `make container-check` (deploy/containers/check.py) on stand-in bases; here, what
+# Built and run for real by `make container-check` (tests/containers/check.py) on stand-in bases; here, what
 # holds without Docker: the real bases by default, the project installed with one extra, the copied paths.
 
 ARG_DEFAULT = re.compile(r"^ARG (\w+)=(\S+)$", flags=re.MULTILINE)
@@ -429,7 +429,7 @@ def test_the_triton_images_extra_installs_for_its_python_and_not_for_24_10s(tmp_
 # compose ---------------------------------------------------------------------------------------------
 
 
-CHECK_OVERRIDE = "deploy/containers/compose.check.yaml"  # the container check's changes (make container-check)
+CHECK_OVERRIDE = "tests/containers/compose.check.yaml"  # the container check's changes (make container-check)
 
 
 def load_compose(name: str) -> dict:

@@ -1,11 +1,11 @@
 """The container check (``make container-check``): both images built from Dockerfile.triton and Dockerfile.api
 on stand-in bases, brought up by Docker Compose v2 from compose.yaml + compose.cpu.yaml (with
-deploy/containers/compose.check.yaml: the stand-in bases, the host network), and checked from outside:
+tests/containers/compose.check.yaml: the stand-in bases, the host network), and checked from outside:
 
 1. a Docker engine answers (one already running is used; else, as root on Debian, docker.io is installed and
    a dockerd started without a bridge or iptables rules, and stopped at the end), and Compose v2 is there
    (else Debian's docker-compose 2.x package is installed);
-2. the stand-in bases (deploy/containers/standin-bases.sh) and a tiny stand-in model repository are built;
+2. the stand-in bases (tests/containers/standin-bases.sh) and a tiny stand-in model repository are built;
 3. ``docker compose up -d --build --wait``: Docker reports both containers healthy (the API is started only
    once Triton is, by compose.yaml's depends_on);
 4. tests/photos/apple.jpg is captioned through the API container (HTTP on 127.0.0.1:8080), and Triton's
@@ -20,7 +20,7 @@ deploy/containers/compose.check.yaml: the stand-in bases, the host network), and
 7. ``docker compose down``, also when a step failed (the containers' log tails are printed first).
 
 Prints what it checked; exits 1 at the first failure, naming it. Logs go to build/containers/.
-Usage: .venv/bin/python deploy/containers/check.py [--rebuild-bases]   (as root where Docker is not running)
+Usage: .venv/bin/python tests/containers/check.py [--rebuild-bases]   (as root where Docker is not running)
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 WORK = ROOT / "build" / "containers"
 PROJECT = "food11-check"
-COMPOSE_FILES = ("compose.yaml", "compose.cpu.yaml", "deploy/containers/compose.check.yaml")
+COMPOSE_FILES = ("compose.yaml", "compose.cpu.yaml", "tests/containers/compose.check.yaml")
 PORTS = {8000: "Triton HTTP", 8001: "Triton gRPC", 8002: "Triton metrics", 8080: "the API"}
 PHOTO = ROOT / "tests" / "photos" / "apple.jpg"
 # Asked for the first time after the captioner's stub is killed: its answer cannot come from the response cache.
@@ -614,7 +614,7 @@ def main(argv=None) -> int:
         engine.start()
         ensure_compose()
         run(compose_command("down", "--remove-orphans"), env=env)  # what an interrupted run left
-        say("building the stand-in bases (deploy/containers/standin-bases.sh)")
+        say("building the stand-in bases (tests/containers/standin-bases.sh)")
         run(
             ["bash", str(HERE / "standin-bases.sh"), *(["--rebuild"] if args.rebuild_bases else [])],
             log=WORK / "bases.log",

@@ -6,7 +6,7 @@
 #   local/python:3.11-slim-standin      for python:3.11-slim                      (python-standin.Dockerfile)
 #   local/tritonserver-standin          for nvcr.io/nvidia/tritonserver:25.08-py3 (tritonserver-standin.Dockerfile)
 #
-# Usage: deploy/containers/standin-bases.sh [--rebuild]
+# Usage: tests/containers/standin-bases.sh [--rebuild]
 #   --rebuild   debootstrap and import the Debian base again (the two stand-ins are always rebuilt from
 #               it, which Docker's layer cache makes quick when nothing changed)
 # Needs a running Docker daemon; debootstrap is installed from Debian when missing (as root).
@@ -24,7 +24,7 @@ REBUILD=0
 say() { echo "standin-bases: $*"; }
 die() { echo "standin-bases: FAILED: $*" >&2; exit 1; }
 
-docker info >/dev/null 2>&1 || die "no Docker daemon answers (deploy/containers/check.py starts one)"
+docker info >/dev/null 2>&1 || die "no Docker daemon answers (tests/containers/check.py starts one)"
 
 if [ "$REBUILD" = 1 ] || ! docker image inspect "$DEBIAN_IMAGE" >/dev/null 2>&1; then
     if ! command -v debootstrap >/dev/null; then
