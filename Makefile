@@ -158,13 +158,13 @@ bench: models perf-analyzer
 # Triton Model Analyzer (its own virtualenv, build/model_analyzer/) sweeps each step on this machine's CPU
 # (instances, max batch size, queue delay, intra_op_threads) under a p99 budget in ms per step
 # (LATENCY_BUDGET_MS; none: highest throughput); the best written into build/tuned_repository/ (checked by
-# food11-validate) and its ensemble measured against the untuned one; benchmarks/results/tune.md
+# food11-validate) and its ensemble measured against the untuned one; the report in build/tune/tune.md
 # (TUNE_ARGS, e.g. --steps classifier --concurrency 1 4 8; docs/profiling.md, "Tuning each step").
 LATENCY_BUDGET_MS ?=
 TUNE_ARGS ?=
 .PHONY: tune
 tune: models perf-analyzer
-	$(BIN)/python -m benchmarks.tune $(if $(LATENCY_BUDGET_MS),--latency-budget-ms $(LATENCY_BUDGET_MS)) $(TUNE_ARGS)
+	$(BIN)/food11-tune $(if $(LATENCY_BUDGET_MS),--latency-budget-ms $(LATENCY_BUDGET_MS)) $(TUNE_ARGS)
 
 # The served captioner against the course's way (Hugging Face fp32 generate), exact and int8, in one run
 # (about 15 minutes here); figures in benchmarks/results/captioner_speed.md.

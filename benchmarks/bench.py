@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
 import functools
 import json
 import os
@@ -36,7 +37,6 @@ from benchmarks.lib.load import latency_summary, run_load
 from benchmarks.lib.memory import MemorySampler, server_cpu_seconds, server_memory_mib
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.plots import latency_plot, step_split_plot, throughput_plot
-from benchmarks.lib.report import markdown_table, write_csv
 from benchmarks.lib.results import (
     RESULTS_DIR,
     Provenance,
@@ -50,6 +50,7 @@ from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.perf_input import write_input_data
+from pipeline_src.profiling.report import markdown_table
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import ApiProcess, TritonServer
 from pipeline_src.serving.ports import free_port, free_ports
@@ -321,6 +322,14 @@ def targets(rows: list[dict], api: list[dict], course: list[dict], soaked: dict,
             }
         )
     return checks
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def write_bench_results(name: str, result: dict, provenance: Provenance) -> Path:

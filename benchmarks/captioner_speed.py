@@ -27,7 +27,6 @@ from benchmarks.lib.in_process import InProcessPipeline, step_settings
 from benchmarks.lib.memory import server_memory_mib
 from benchmarks.lib.percentiles import percentile
 from benchmarks.lib.photos import varied_photos
-from benchmarks.lib.report import markdown_table
 from benchmarks.lib.results import parse_benchmark_args, write_results
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
@@ -35,6 +34,7 @@ from pipeline_src.contract import ENSEMBLE, CaptionStatus
 from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.perf_input import write_input_data
+from pipeline_src.profiling.report import markdown_table
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import free_ports

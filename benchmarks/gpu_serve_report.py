@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from benchmarks.lib.report import markdown_table
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE, CaptionStatus
 from pipeline_src.profiling import perf_analyzer
+from pipeline_src.profiling.report import markdown_table
 from pipeline_src.repository.loading import parse_config
 from pipeline_src.steps.captioning import CAPTIONER_PHASES
 from pipeline_src.steps.classification import build_prompt

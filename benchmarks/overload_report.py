@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from benchmarks.lib.report import markdown_table
 from food11_api.settings import ApiSettings
+from pipeline_src.profiling.report import markdown_table
 
 COLUMNS = [
     "offered",

@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 
 from benchmarks.lib.photos import varied_photos
-from benchmarks.lib.report import markdown_table
 from benchmarks.lib.results import parse_benchmark_args, portable_path, write_results
 from benchmarks.lib.soak import soak
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.cli import tiny_repository
+from pipeline_src.profiling.report import markdown_table
 from pipeline_src.serving.launcher import ApiProcess, TritonServer
 from pipeline_src.serving.ports import free_port, free_ports
 

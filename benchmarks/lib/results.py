@@ -15,7 +15,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import shlex
 import subprocess
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
+from pipeline_src.profiling.report import machine_description
 
 RESULTS_RELATIVE = "benchmarks/results"
 RESULTS_DIR = PROJECT_ROOT / RESULTS_RELATIVE
@@ -32,25 +32,7 @@ RESULTS_DIR = PROJECT_ROOT / RESULTS_RELATIVE
 # ``abc1234+dirty`` for a tree with uncommitted changes. Where set, it wins over the copy's own .git.
 COMMIT_VARIABLE = "FOOD11_COMMIT"
 PROVENANCE_KEYS = ("machine", "commit", "clean", "dirty", "uncommitted", "date", "command")
-NOTABLE_CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
 NAMED_CHANGES = 5  # in the markdown's warning; the JSON lists them all
-
-
-def machine_description() -> str:
-    """e.g. ``AMD EPYC, 2 cores (avx2), 23.4 GiB, no GPU``."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    gpu = "GPU" if Path("/dev/nvidia0").exists() else "no GPU"
-    features = ", ".join(flag for flag in NOTABLE_CPU_FLAGS if flag in flags) or "no AVX2"
-    return f"{model}, {os.cpu_count()} cores ({features}), {memory_gib:.1f} GiB, {gpu}"
 
 
 @dataclass(frozen=True)

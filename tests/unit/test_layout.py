@@ -50,6 +50,12 @@ ALLOWED = {
         "pipeline_src.steps",
         "pipeline_src.provenance",
     },
+    "pipeline_src.tuning": {
+        "pipeline_src",
+        "pipeline_src.repository",
+        "pipeline_src.serving",
+        "pipeline_src.profiling",
+    },
     "model_repository": {"pipeline_src", "pipeline_src.steps", "pipeline_src.provenance"},
     "food11_client": {"pipeline_src"},  # the wire contract (pipeline_src/contract.py) only
     "food11_api": {"pipeline_src", "pipeline_src.provenance", "food11_client"},
@@ -148,6 +154,7 @@ def test_the_products_distribution_carries_no_measurement():
     assert not [package for package in packages if package.startswith("benchmarks")]
     commands = project["project"]["scripts"]
     assert commands["food11-perf-analyzer"].startswith("pipeline_src.profiling.")
+    assert commands["food11-tune"].startswith("pipeline_src.tuning.")
     assert not [name for name, target in commands.items() if target.startswith("benchmarks")]
 
 

@@ -27,6 +27,7 @@ COMMAND_EXTRAS = {
     "food11-new-step": "client",
     "food11-build-models": "build,steps",  # steps: ONNX Runtime, which checks what it builds
     "food11-perf-analyzer": "client",  # it asks the server whether a model answers from its cache
+    "food11-tune": "server,steps,client",  # it starts tritonserver, feeds perf_analyzer the steps' own outputs
     "food11-serve": "server,steps,api",
 }
 # The profiling scripts (docs/profiling.md): perf_input runs the steps' own code; trace_summary reads a JSON file.

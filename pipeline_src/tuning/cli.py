@@ -1,47 +1,43 @@
-#!/usr/bin/env python3
-"""``make tune``: Triton Model Analyzer picks each step's configuration for this machine, under a latency budget.
+"""``food11-tune`` (``make tune``): Triton Model Analyzer picks each step's configuration for this machine, under a
+latency budget.
 
-1. Model Analyzer (pinned, its own virtualenv: ``benchmarks/tuning/analyzer_tool.py``) sweeps each step it can
+1. Model Analyzer (pinned, its own virtualenv: ``pipeline_src/tuning/analyzer_tool.py``) sweeps each step it can
    profile alone (instance count, max batch size, queue delay, ONNX Runtime's ``intra_op_threads``; CPU
-   only) on the project's tritonserver and perf_analyzer, fed with scripts/perf_input.py's data.
+   only) on the project's tritonserver and perf_analyzer, fed with perf_input's data for a folder of photos.
 2. Per step, the highest throughput whose p99 is within the budget is chosen and written into a copy of the
    repository (default build/tuned_repository/), which food11-validate must accept.
 3. The ensemble, which Model Analyzer cannot profile (an ensemble of 5 steps with a BLS step), is measured with
    perf_analyzer on the untuned and the tuned repository in the same run.
-The report (markdown and JSON, with the commit and the machine) goes to benchmarks/results/<name>.md.
+The report (markdown and JSON, headed by the machine, the date and the command) goes to build/tune/<name>.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.metadata
+import json
+import shlex
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.lib.photos import varied_photos
-from benchmarks.lib.results import (
-    RESULTS_DIR,
-    collect_provenance,
-    parse_benchmark_args,
-    portable_path,
-    write_results,
-)
-from benchmarks.tuning import analyzer_tool
-from benchmarks.tuning.analyzer_config import Measuring, RunPaths, profile_config, write_profile_config
-from benchmarks.tuning.ensemble_check import analyzer_limits, measure_repository
-from benchmarks.tuning.measurements import Measured, choose, read_measurements
-from benchmarks.tuning.report import markdown
-from benchmarks.tuning.server_launch import local_launch
-from benchmarks.tuning.sweep import StepPlan, Sweep, plan_steps
-from benchmarks.tuning.tuned_repository import write_tuned_repository
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
 from pipeline_src.profiling import perf_analyzer
-from pipeline_src.profiling.perf_input import write_input_data
+from pipeline_src.profiling.perf_input import read_photos, write_input_data
+from pipeline_src.profiling.report import machine_description
 from pipeline_src.serving.ports import free_ports
+from pipeline_src.tuning import analyzer_tool
+from pipeline_src.tuning.analyzer_config import Measuring, RunPaths, profile_config, write_profile_config
+from pipeline_src.tuning.ensemble_check import analyzer_limits, measure_repository
+from pipeline_src.tuning.measurements import Measured, choose, read_measurements
+from pipeline_src.tuning.report import markdown
+from pipeline_src.tuning.server_launch import local_launch
+from pipeline_src.tuning.sweep import StepPlan, Sweep, plan_steps
+from pipeline_src.tuning.tuned_repository import write_tuned_repository
 
 # The steps Model Analyzer can profile alone: not the ensembles, not the BLS step (caption_with_label, whose
 # captions come from the captioner), not label (microseconds of work), not the captioner (it batches in
@@ -74,19 +70,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(DEFAULTS.concurrency))
     parser.add_argument("--requests-per-window", type=int, default=Measuring.requests_per_window)
     parser.add_argument("--stability-percentage", type=int, default=Measuring.stability_percentage)
-    parser.add_argument("--photos", type=int, default=6, help="distinct photos in the input data")
+    parser.add_argument(
+        "--photos",
+        type=Path,
+        default=PROJECT_ROOT / "tests" / "photos",
+        help="a folder of photos (default: %(default)s)",
+    )
     parser.add_argument("--ensemble", default=ENSEMBLE)
     parser.add_argument(
         "--ensemble-concurrency", type=int, nargs="*", default=[1, 4], help="none: the ensemble is not measured"
     )
     parser.add_argument("--tuned-repository", type=Path, default=PROJECT_ROOT / "build" / "tuned_repository")
     parser.add_argument("--scratch", type=Path, default=PROJECT_ROOT / "build" / "tune")
-    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--name", default="tune", help="results file names, without extension")
-    argv = sys.argv[1:] if argv is None else argv
-    if "--install" in argv:  # nothing is measured: the tree's state does not matter
-        return parser.parse_args(argv)
-    return parse_benchmark_args(parser, argv)
+    parser.add_argument("--output-dir", type=Path, default=PROJECT_ROOT / "build" / "tune")
+    parser.add_argument("--name", default="tune", help="report file names, without extension")
+    return parser.parse_args(argv)
 
 
 def run_analyzer(paths: RunPaths) -> float:
@@ -132,7 +130,6 @@ def main(argv=None) -> None:
     if args.install:
         print(f"Model Analyzer {analyzer_tool.install()} in {analyzer_tool.TOOL_DIR}")
         return
-    provenance = collect_provenance()
     version = analyzer_tool.install()
     perf_analyzer.library_path()  # raises, saying how to install it, when perf_analyzer is missing
     perf_analyzer_path = Path(sys.executable).parent / "food11-perf-analyzer"
@@ -146,7 +143,7 @@ def main(argv=None) -> None:
     )
     plans = plan_steps(repository, args.steps, sweep)
     _say_plan(plans)
-    photos = varied_photos(args.photos)
+    photos = read_photos(args.photos)
     inputs = write_input_data(repository, photos, args.scratch / "perf_input")
     if unfed := [plan.step for plan in plans if plan.step not in inputs]:
         raise SystemExit(f"no perf_analyzer input data for {unfed}: scripts/perf_input.py says why")
@@ -178,8 +175,8 @@ def main(argv=None) -> None:
     result = {
         "model_analyzer": version,
         "tritonserver": f"2.51 from nvidia-pytriton {importlib.metadata.version('nvidia-pytriton')}",
-        "repository": portable_path(repository),
-        "tuned_repository": portable_path(args.tuned_repository.resolve()),
+        "repository": str(repository),
+        "tuned_repository": str(args.tuned_repository.resolve()),
         "validation": report.summary(),
         "photos": len(photos),
         "budgets_ms": step_budgets,
@@ -204,10 +201,26 @@ def main(argv=None) -> None:
                 args.scratch / "ensemble",
             )
         result["ensemble"] = {"name": args.ensemble, "why": analyzer_limits(repository, args.ensemble), "rows": rows}
-    written = write_results(
-        args.name, result, markdown(result, choices, measured), directory=args.output_dir, provenance=provenance
-    )
+    written = write_report(args.output_dir, args.name, result, markdown(result, choices, measured), argv)
     print(written.read_text())
+
+
+def write_report(directory: Path, name: str, result: dict, text: str, argv=None) -> Path:
+    """``name.json`` and ``name.md`` in ``directory``, each headed by the machine, the date and the command."""
+    arguments = sys.argv[1:] if argv is None else argv
+    header = {
+        "machine": machine_description(),
+        "date": datetime.date.today().isoformat(),
+        "command": shlex.join(["food11-tune", *arguments]),
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.json").write_text(json.dumps({**header, **result}, indent=2) + "\n")
+    title, _, body = text.partition("\n")
+    written = directory / f"{name}.md"
+    written.write_text(
+        f"{title}\n\nMeasured on {header['machine']}, {header['date']}. Command: `{header['command']}`.\n{body}"
+    )
+    return written
 
 
 def row_dict(row: Measured) -> dict:

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.tuning.server_launch import LocalLaunch
-from benchmarks.tuning.sweep import StepPlan
 from pipeline_src.serving.ports import Ports
+from pipeline_src.tuning.server_launch import LocalLaunch
+from pipeline_src.tuning.sweep import StepPlan
 
 # What Model Analyzer writes in its CSV, one row per configuration and concurrency (field names are its own).
 INFERENCE_FIELDS = (

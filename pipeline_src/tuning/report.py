@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from benchmarks.lib.report import markdown_table
-from benchmarks.tuning.measurements import Choice, Measured
+from pipeline_src.profiling.report import markdown_table
+from pipeline_src.tuning.measurements import Choice, Measured
 
 
 def config_cells(row: Measured) -> dict:

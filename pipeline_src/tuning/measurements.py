@@ -11,8 +11,8 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2
 
-from benchmarks.tuning.sweep import THREADS_PARAMETER
 from pipeline_src.repository.loading import parse_config
+from pipeline_src.tuning.sweep import THREADS_PARAMETER
 
 DEFAULT_SUFFIX = "_config_default"
 # Model Analyzer's CSV headers for the fields analyzer_config asks for.

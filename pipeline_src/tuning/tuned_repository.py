@@ -15,11 +15,11 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from benchmarks.tuning.measurements import Choice, StepConfig
-from benchmarks.tuning.sweep import THREADS_PARAMETER
 from pipeline_src.repository.loading import CONFIG_FILE, parse_config
 from pipeline_src.repository.report import Report
 from pipeline_src.repository.validate import validate_repository
+from pipeline_src.tuning.measurements import Choice, StepConfig
+from pipeline_src.tuning.sweep import THREADS_PARAMETER
 
 
 class TunedRepositoryInvalid(RuntimeError):
@@ -60,7 +60,7 @@ def apply_config(config: model_config_pb2.ModelConfig, chosen: StepConfig) -> No
 
 def header(step: str, chosen: StepConfig, source: Path) -> str:
     return (
-        f"# {step}: written by make tune (benchmarks/tune.py) from {source}, with the configuration Model\n"
+        f"# {step}: written by food11-tune (make tune) from {source}, with the configuration Model\n"
         f"# Analyzer measured best on this machine: {chosen.instance_count} CPU instance(s), max_batch_size "
         f"{chosen.max_batch_size},\n# max_queue_delay_microseconds {chosen.queue_delay_us}, "
         f"{THREADS_PARAMETER} {chosen.intra_op_threads}. The source's comments say what each field is for.\n"

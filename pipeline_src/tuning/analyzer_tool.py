@@ -33,7 +33,7 @@ def _python() -> Path:
 def binary() -> Path:
     path = TOOL_DIR / "bin" / "model-analyzer"
     if not path.exists():
-        raise AnalyzerMissing(f"{path} is missing: python -m benchmarks.tune --install (make tune installs it)")
+        raise AnalyzerMissing(f"{path} is missing: food11-tune --install (make tune installs it)")
     return path
 
 

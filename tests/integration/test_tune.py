@@ -1,6 +1,6 @@
-"""``make tune``'s short version: Model Analyzer sweeps two steps of the tiny stand-in on the real tritonserver,
-the choice is among what was swept, the tuned copy of the repository passes food11-validate and serves the
-ensemble, measured against the untuned one (the full run: make tune). Then the pieces without a server: what
+"""``food11-tune``'s short version (``make tune``): Model Analyzer sweeps two steps of the tiny stand-in on the real
+tritonserver, the choice is among what was swept, the tuned copy of the repository passes food11-validate and serves
+the ensemble, measured against the untuned one (the full run: make tune). Then the pieces without a server: what
 each step's sweep holds, the launch Model Analyzer is given, a choice written into a config."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.tuning import analyzer_tool
-from benchmarks.tuning.measurements import StepConfig
-from benchmarks.tuning.server_launch import local_launch
-from benchmarks.tuning.sweep import Sweep, plan_steps
-from benchmarks.tuning.tuned_repository import apply_config
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.repository.loading import parse_config
 from pipeline_src.repository.validate import validate_repository
+from pipeline_src.tuning import analyzer_tool
+from pipeline_src.tuning.measurements import StepConfig
+from pipeline_src.tuning.server_launch import local_launch
+from pipeline_src.tuning.sweep import Sweep, plan_steps
+from pipeline_src.tuning.tuned_repository import apply_config
 
 SWEPT = {"instance_count": [1], "max_batch_size": [32], "queue_delay_us": [0], "intra_op_threads": ["1", "2"]}
 
@@ -42,12 +42,12 @@ def test_a_short_tuning_run_chooses_among_the_swept_configs_and_writes_a_valid_r
     require_tools()
     tuned = tmp_path / "tuned_repository"
     command = [
-        *(sys.executable, "-m", "benchmarks.tune", "--allow-dirty", "--repository", str(model_repository)),
+        *(sys.executable, "-m", "pipeline_src.tuning.cli", "--repository", str(model_repository)),
         # One step, one configuration and the step as it is: each costs Model Analyzer a server start (make test
-        # stays short); tune.md has the base stand-in's fuller run.
+        # stays short); benchmarks/results/tune.md has the base stand-in's fuller run.
         *("--steps", "classifier", "--instance-counts", "1", "--max-batch-sizes", "32"),
         *("--queue-delays-us", "0", "--intra-op-threads", "2", "--concurrency", "1"),
-        *("--requests-per-window", "8", "--photos", "3", "--ensemble-concurrency", "1"),
+        *("--requests-per-window", "8", "--ensemble-concurrency", "1"),
         *("--latency-budget-ms", "60000", "--step-budget", "classifier=5000"),
         *("--tuned-repository", str(tuned), "--scratch", str(tmp_path / "scratch")),
         *("--output-dir", str(tmp_path / "results"), "--name", "tune_test"),
@@ -73,7 +73,8 @@ def test_a_short_tuning_run_chooses_among_the_swept_configs_and_writes_a_valid_r
     assert (tuned / "captioner" / "1").is_dir() and not (tuned / "captioner" / "1").is_symlink()
 
     report = (tmp_path / "results" / "tune_test.md").read_text()
-    assert report.startswith("# Tuning each step with Model Analyzer") and "Measured at commit" in report
+    assert report.startswith("# Tuning each step with Model Analyzer") and "Measured on " in report
+    assert result["command"].startswith("food11-tune --repository") and result["machine"]
     assert f"Triton Model Analyzer {analyzer_tool.VERSION}" in report and "**yes**" in report
     ensemble = result["ensemble"]["rows"]
     assert [(row["repository"], row["concurrency"]) for row in ensemble] == [("untuned", 1), ("tuned", 1)]
