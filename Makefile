@@ -57,7 +57,7 @@ API_PORT ?= 8080
 
 CLASSIFIER_ONNX := model_repository/classifier/1/model.onnx
 
-.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test test-unit bench bench-captioner bench-gpu audit-offline container-check soak overload chaos audit clean
+.PHONY: install lock browser models models-int8 serve perf-analyzer lint format test test-unit bench bench-gpu audit-offline container-check soak overload chaos audit clean
 
 # pip as `python -m venv` bundles it has known advisories: upgraded as the virtualenv is made.
 PIP_VERSION := 26.1.2
@@ -165,11 +165,6 @@ TUNE_ARGS ?=
 .PHONY: tune
 tune: models perf-analyzer
 	$(BIN)/food11-tune $(if $(LATENCY_BUDGET_MS),--latency-budget-ms $(LATENCY_BUDGET_MS)) $(TUNE_ARGS)
-
-# The served captioner against the course's way (Hugging Face fp32 generate), exact and int8, in one run
-# (about 15 minutes here); figures in benchmarks/results/captioner_speed.md.
-bench-captioner: models-int8 perf-analyzer
-	$(BIN)/python -m benchmarks.captioner_speed $(BENCH_ARGS)
 
 # The served pipeline on a GPU box: where each step runs, perf_analyzer, captions vs Hugging Face (docs/gpu.md).
 bench-gpu: models perf-analyzer
