@@ -230,7 +230,7 @@ def test_the_triton_image_runs_as_nvidias_unprivileged_user():
     assert f'"$(id -u {TRITON_USER}):$(id -g {TRITON_USER})" = {TRITON_UID}:{TRITON_UID}' in text
     after_user = [rest for keyword, rest in steps[last_from:] if keyword == "RUN"]
     assert any("find /models" in rest and "! -readable" in rest for rest in after_user)
-    standin = (PROJECT_ROOT / "deploy" / "containers" / "tritonserver-standin.Dockerfile").read_text()
+    standin = (PROJECT_ROOT / "tests" / "containers" / "tritonserver-standin.Dockerfile").read_text()
     assert f"groupadd --gid {TRITON_UID} {TRITON_USER}" in standin
     assert f"useradd --uid {TRITON_UID} --gid {TRITON_UID} --no-create-home {TRITON_USER}" in standin
 

@@ -68,7 +68,7 @@ def triton_container_variables() -> dict[str, set[str]]:
         for name in names:
             found.setdefault(name, set()).add(str(source.relative_to(PROJECT_ROOT)))
 
-    for compose in [*PROJECT_ROOT.glob("compose*.yaml"), PROJECT_ROOT / "deploy" / "containers" / "compose.check.yaml"]:
+    for compose in [*PROJECT_ROOT.glob("compose*.yaml"), PROJECT_ROOT / "tests" / "containers" / "compose.check.yaml"]:
         triton = yaml.load(compose.read_text())["services"].get("triton") or {}
         add(triton.get("environment") or {}, compose)
     dockerfile = (PROJECT_ROOT / "Dockerfile.triton").read_text().replace("\\\n", " ")
