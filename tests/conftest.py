@@ -4,8 +4,8 @@ tests/unit needs no server, no socket and no subprocess server: the pipeline's c
 model files a tiny build makes (the ``model_repository`` fixture below, a few seconds). tests/integration
 starts the real things: one tritonserver for the session, the API on real sockets, a browser,
 ``scripts/serve.py``; their fixtures are in servers.py (a plugin, so that tests/benchmarks shares the same
-server). A module that mixes both kinds stays in tests/integration, its server tests marked ``integration``:
-``make test-unit`` (``pytest -m "not integration"``) runs every other test, from every folder, in about a minute.
+server). Every test in tests/integration is marked ``integration``, and so is a test in any other folder that uses
+one of those fixtures: ``make test-unit`` (``pytest -m "not integration"``) runs every other test, in under a minute.
 tests/benchmarks tests the measurement package (benchmarks/) and the GPU route's staging (scripts/device_*.py),
 apart from the product's tests."""
 
@@ -23,14 +23,17 @@ from PIL import Image
 pytest_plugins = ["servers"]  # tests/servers.py: the session's tritonserver and API, for every folder
 
 # servers.py's fixtures that start a server: a test using one, in any folder, is an integration test, so that
-# make test-unit never starts one. A test starting a server of its own says @pytest.mark.integration itself.
+# make test-unit never starts one; so is every test in tests/integration (those without a server fixture start
+# processes of their own: the container's command, pip, a scaffolded step's tests). Elsewhere a test starting a
+# server of its own says @pytest.mark.integration itself.
 SERVER_FIXTURES = frozenset({"triton", "client", "triton_grpc", "api_factory", "api", "real_api"})
+INTEGRATION_DIR = Path(__file__).parent / "integration"
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.path.is_relative_to(INTEGRATION_DIR):
             item.add_marker(pytest.mark.integration)
 
 
