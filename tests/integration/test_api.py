@@ -12,8 +12,6 @@ from food11_api.app import get_client
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import free_ports
 
-pytestmark = pytest.mark.integration
-
 
 def test_caption_upload_returns_label_probability_caption_and_time(api, photos):
     response = post_photo(api.url, photos["apple.jpg"])

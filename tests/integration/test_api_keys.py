@@ -26,8 +26,6 @@ from food11_api.app import create_app, get_client
 from food11_api.callers import CallerKeys, CallerKeysError, presented_key
 from food11_api.settings import ApiSettings
 
-pytestmark = pytest.mark.integration
-
 KEYS = {"alice": secrets.token_urlsafe(24), "bob": secrets.token_urlsafe(24)}
 OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/swagger-ui/swagger-ui.css", "/")
 

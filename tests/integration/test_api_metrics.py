@@ -1,11 +1,8 @@
 """The API's own Prometheus metrics, read back from GET /metrics after real requests."""
 
 import httpx
-import pytest
 from helpers import APPLE
 from prometheus_client.parser import text_string_to_metric_families
-
-pytestmark = pytest.mark.integration
 
 
 def samples(api_url) -> dict[tuple, float]:

@@ -1,12 +1,9 @@
 """Schemathesis against the API's own OpenAPI schema, over real sockets, with the real pipeline behind:
 no 500, every status code documented, every body as the schema says."""
 
-import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
-
-pytestmark = pytest.mark.integration
 
 
 def test_every_operation_keeps_its_schema_and_never_answers_500(api_factory):

@@ -19,8 +19,6 @@ from food11_api.settings import ApiSettings
 from pipeline_src.contract import CLASSIFY_ENSEMBLE, ENSEMBLE
 from pipeline_src.serving.ports import free_port
 
-pytestmark = pytest.mark.integration
-
 INTERVAL_S = 0.2  # the API's look at Triton: fast, so the test waits little
 RETRY_AFTER_S = 7  # not the default, so the header is seen to come from the setting
 

@@ -17,8 +17,6 @@ from tritonclient.utils import InferenceServerException
 from food11_client import InvalidImageError
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
-pytestmark = pytest.mark.integration
-
 
 def animated_gif() -> bytes:
     frames = [Image.new("RGB", (32, 32), color) for color in ((200, 40, 40), (40, 40, 200))]

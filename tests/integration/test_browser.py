@@ -8,8 +8,6 @@ from helpers import PHOTOS_DIR
 
 from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING
 
-pytestmark = pytest.mark.integration
-
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 if not (CHROMIUM and CHROMEDRIVER) and not os.environ.get("CI"):
     pytest.skip(

@@ -14,7 +14,6 @@ from repository_checks import models_built_from
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import CLASSIFY_ENSEMBLE, CLASSIFY_OUTPUTS, ENSEMBLE
 
-pytestmark = pytest.mark.integration
 REPOSITORY = PROJECT_ROOT / "model_repository"
 # The models food11_pipeline is built from beyond food11_classify's (the vision encoder, caption_with_label, the
 # captioner, and any step of yours), read from the configs the session's server copies.

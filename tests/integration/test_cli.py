@@ -10,8 +10,6 @@ from pipeline_src.contract import CLASSIFY_ENSEMBLE
 from pipeline_src.provenance.standins import BLIP_STANDIN_WARNING, CLASSIFIER_STANDIN_WARNING
 from pipeline_src.serving.ports import free_port
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def photo_files(tmp_path, photos):

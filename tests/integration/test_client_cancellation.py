@@ -29,7 +29,6 @@ def own_triton(model_repository, tmp_path_factory):
         yield server
 
 
-@pytest.mark.integration
 def test_short_deadlines_under_concurrency_leave_the_server_serving(own_triton):
     async def hurried(client, deadline_s):
         with pytest.raises(DeadlineExceededError, match="deadline"):

@@ -81,7 +81,6 @@ def test_the_validator_accepts_the_repository_with_each_variant(model_repository
     assert report.ok, report.text()
 
 
-@pytest.mark.integration
 def test_tritonserver_reads_the_switch(model_repository, tmp_path):
     """--model-config-name=onnxruntime makes Triton load configs/onnxruntime.pbtxt: the pip server has no
     onnxruntime backend, so the classifier then fails to load, naming that backend."""

@@ -12,8 +12,6 @@ from helpers import APPLE, extra_outputs, post_photo
 from food11_client import Food11Client, OutputSpec, cli
 from pipeline_src.contract import CORE_OUTPUTS, ENSEMBLE
 
-pytestmark = pytest.mark.integration
-
 TOPK = "food11_pipeline_topk"
 
 

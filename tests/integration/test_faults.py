@@ -22,8 +22,6 @@ from food11_client.cancellation import cancels_safely
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import free_ports
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def own_triton(model_repository, tmp_path_factory):

@@ -14,8 +14,6 @@ from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import Ports, free_port
 from pipeline_src.serving.processes import TritonStartError
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def two_tritons(model_repository, tmp_path_factory):

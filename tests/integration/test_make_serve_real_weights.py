@@ -24,8 +24,6 @@ from pipeline_src.provenance.manifest import read_manifest
 from pipeline_src.serving.ports import free_port, free_ports
 from pipeline_src.steps.captioning import STANDIN_MARKER
 
-pytestmark = pytest.mark.integration
-
 VENV = Path(sys.executable).parent.parent  # the virtualenv running the tests (not resolved: a venv's python is a link)
 
 

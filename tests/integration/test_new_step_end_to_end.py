@@ -21,8 +21,6 @@ from pipeline_src.repository.validate import validate_repository
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import free_ports
 
-pytestmark = pytest.mark.integration
-
 STEP = "walkthrough_quality"
 BRIGHTNESS, SHARPNESS = NEW_OUTPUTS = ("WALKTHROUGH_BRIGHTNESS", "WALKTHROUGH_SHARPNESS")
 LOGIC = f"{STEP}_step.py"

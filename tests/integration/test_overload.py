@@ -16,8 +16,6 @@ from fastapi import Request
 from food11_api.app import get_client
 from food11_client import Food11Client, OverloadedError, cli
 
-pytestmark = pytest.mark.integration
-
 
 class HeldClient:
     """The API's real client, whose calls wait for the test to let them through: a request held in flight

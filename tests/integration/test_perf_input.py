@@ -22,8 +22,6 @@ from pipeline_src.steps.classification import plan_captions
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.settings import CaptionerSettings, CaptionWithLabelSettings
 
-pytestmark = pytest.mark.integration
-
 MODELS = ("food11_pipeline", "preprocess", "classifier", "vision_encoder", "caption_with_label", "captioner")
 
 

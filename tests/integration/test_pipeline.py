@@ -15,7 +15,6 @@ from food11_client import AsyncFood11Client
 from pipeline_src.steps.classification import build_prompt
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
-pytestmark = pytest.mark.integration
 TEMPLATE = "a photo of {label},"  # model_repository/caption_with_label/config.pbtxt
 
 

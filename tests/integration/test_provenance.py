@@ -123,7 +123,6 @@ def test_the_api_shows_the_models_and_the_stand_in_warning(api, client, model_re
     )
 
 
-@pytest.mark.integration
 def test_models_built_from_real_weights_answer_without_a_warning(real_api, real_repository, model_repository, photos):
     answer = httpx.post(
         f"{real_api.url}/caption", files={"photo": ("apple.jpg", photos["apple.jpg"])}, timeout=120

@@ -26,8 +26,6 @@ from helpers import APPLE, post_photo, serve_command
 
 from pipeline_src.serving.ports import Ports, free_ports
 
-pytestmark = pytest.mark.integration
-
 STEP = "reload_probe"
 ENSEMBLE = "reload_probe_pipeline"
 PACKAGE = "reload_probe_logic"

@@ -27,8 +27,6 @@ from pipeline_src.serving.reload import StepReloader
 from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.response_cache import local_cache_args, repository_revision
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def cached_server(model_repository, tmp_path_factory):

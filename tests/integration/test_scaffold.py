@@ -469,7 +469,6 @@ def scaffolded_in_server(model_repository, triton_grpc, tmp_path_factory):
         yield name
 
 
-@pytest.mark.integration
 def test_a_scaffolded_step_loads_in_the_real_server_and_answers(triton_grpc, scaffolded_in_server):
     assert triton_grpc.is_model_ready(scaffolded_in_server)
     rows = np.array([[1.0, -2.0, 0.5, 3.0], [0.0, 4.0, -1.5, 8.0]], dtype=np.float32)
@@ -479,7 +478,6 @@ def test_a_scaffolded_step_loads_in_the_real_server_and_answers(triton_grpc, sca
     np.testing.assert_array_equal(answer, np.repeat(rows.mean(axis=1, keepdims=True) * 2.0, 4, axis=1))
 
 
-@pytest.mark.integration
 def test_a_scaffolded_step_with_several_tensors_answers_each_output_in_its_type(
     model_repository, triton_grpc, tmp_path
 ):
@@ -502,7 +500,6 @@ def infer_text(triton_grpc, model: str, texts: list[bytes]):
     return triton_grpc.infer(model, [tensor])
 
 
-@pytest.mark.integration
 def test_a_scaffolded_text_step_answers_bytes_in_with_bytes_out(model_repository, triton_grpc, tmp_path):
     spec = StepSpec(unique("text_stats"), TEXT_STEP.inputs, TEXT_STEP.outputs)
     with served(spec, model_repository, triton_grpc, tmp_path) as name:
@@ -519,7 +516,6 @@ def test_a_scaffolded_text_step_answers_bytes_in_with_bytes_out(model_repository
         assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
 
 
-@pytest.mark.integration
 def test_a_bad_request_to_a_scaffolded_step_fails_alone_naming_the_step(triton_grpc, scaffolded_in_server):
     rows = np.array([[1.0, 2.0, 3.0, 4.0], [0.0, np.inf, 0.0, 0.0]], dtype=np.float32)
     with pytest.raises(InferenceServerException, match=f"{scaffolded_in_server}: INPUT: row 2 of 2: ") as caught:
@@ -530,7 +526,6 @@ def test_a_bad_request_to_a_scaffolded_step_fails_alone_naming_the_step(triton_g
     )
 
 
-@pytest.mark.integration
 def test_requests_in_flight_together_each_get_their_own_answer(triton, scaffolded_in_server):
     """Whether or not the dynamic batcher puts them in one execute, each answer is its own request's."""
 

@@ -268,7 +268,6 @@ def infer(triton_grpc, model: str, rows: np.ndarray):
     return triton_grpc.infer(model, [tensor])
 
 
-@pytest.mark.integration
 def test_the_step_loads_in_the_real_server_and_answers_each_photos_score(triton_grpc, onnx_step_in_server):
     assert triton_grpc.is_model_ready(onnx_step_in_server)
     rows = pixels(0.25, -1.0, 3.0)
@@ -278,7 +277,6 @@ def test_the_step_loads_in_the_real_server_and_answers_each_photos_score(triton_
     np.testing.assert_allclose(score, np.array([[0.25], [-1.0], [4.0]], np.float32), rtol=1e-6)
 
 
-@pytest.mark.integration
 def test_a_bad_request_fails_alone_naming_the_step(triton, onnx_step_in_server):
     """Whether or not the dynamic batcher puts them in one execute, the request with a NaN fails alone, with an
     error naming the step, the input and the row; the others get their own scores."""
@@ -302,7 +300,6 @@ def test_a_bad_request_fails_alone_naming_the_step(triton, onnx_step_in_server):
     assert f"{onnx_step_in_server}: PIXELS: row 2 of 2 holds NaN or infinity" in bad.message()
 
 
-@pytest.mark.integration
 def test_every_answer_names_the_model_file(triton_grpc, onnx_step_in_server):
     """Through its manifest: the label step, loaded again, reads it with the others' into every answer's MODELS."""
     image = grpcclient.InferInput(IMAGE, [1, 1], "BYTES")
@@ -315,7 +312,6 @@ def test_every_answer_names_the_model_file(triton_grpc, onnx_step_in_server):
     assert "classifier" in models  # beside the built models, not instead of them
 
 
-@pytest.mark.integration
 def test_a_step_whose_graph_does_not_batch_takes_each_request_as_one_run(model_repository, triton_grpc, tmp_path):
     with served_step(model_repository, triton_grpc, tmp_path, batch=1) as name:
         assert parse_config(model_repository / name / "config.pbtxt").max_batch_size == 0

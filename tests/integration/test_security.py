@@ -13,8 +13,6 @@ from starlette.formparsers import MultiPartParser
 
 from food11_api.app import get_client
 
-pytestmark = pytest.mark.integration
-
 
 def raw_request(port: int, head: bytes) -> str:
     with socket.create_connection(("127.0.0.1", port), timeout=60) as connection:

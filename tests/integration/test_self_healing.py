@@ -20,7 +20,6 @@ from helpers import APPLE, serve_command
 from pipeline_src.serving.ports import free_port, free_ports
 from pipeline_src.serving.stubs import stubs_of
 
-pytestmark = pytest.mark.integration
 DEADLINE_S = 60.0
 
 

@@ -22,8 +22,6 @@ from food11_client import Food11Client
 from pipeline_src.serving import admin
 from pipeline_src.serving.ports import free_port, free_ports
 
-pytestmark = pytest.mark.integration
-
 
 @contextlib.contextmanager
 def serving(model_repository, tmp_path, *extra):

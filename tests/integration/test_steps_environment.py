@@ -15,8 +15,6 @@ from pipeline_src import PROJECT_ROOT
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import free_ports
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def steps_python(tmp_path_factory):

@@ -26,8 +26,6 @@ from pipeline_src.repository.validate import validate_repository
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import free_ports
 
-pytestmark = pytest.mark.integration
-
 STEP = "walkthrough_tags"
 TAGS, WORDS = NEW_OUTPUTS = ("WALKTHROUGH_TAGS", "WALKTHROUGH_WORDS")
 MISWIRED = "food11_pipeline_miswired"  # the same step reading ensemble outputs, in an ensemble of its own

@@ -9,8 +9,6 @@ from tritonclient.utils import InferenceServerException
 from pipeline_src.contract import CORE_OUTPUTS
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
-pytestmark = pytest.mark.integration
-
 PIPELINE_OUTPUTS = list(CORE_OUTPUTS)  # the wire contract: what every caller of food11_pipeline reads
 TOP_OUTPUTS = ["TOP_LABELS", "TOP_PROBABILITIES"]
 PHOTOS = ["coffee.png", "apple.jpg", "chelsea.jpg"]

@@ -11,13 +11,11 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
 
 from pipeline_src.profiling.trace_summary import read_traces, summary_lines
 from pipeline_src.repository.loading import parse_config
 
-pytestmark = pytest.mark.integration
 ENSEMBLE = "food11_pipeline"
 # One traced request, written to its own indexed file (`<trace_file>.<n>`) as soon as it completes.
 TRACE_ONE_REQUEST = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "1", "log_frequency": "1"}

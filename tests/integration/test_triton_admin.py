@@ -18,8 +18,6 @@ from tritonclient.utils import shared_memory as shm
 from food11_client import Food11Client
 from pipeline_src.serving import admin
 
-pytestmark = pytest.mark.integration
-
 BACKEND_REGION_PREFIX = "triton_python_backend_shm_region_"  # the Python backend's regions, in /dev/shm
 
 

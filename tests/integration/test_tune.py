@@ -37,7 +37,6 @@ def require_tools() -> None:
         pytest.skip(f"could not install {analyzer_tool.REQUIREMENT}: {exc}")
 
 
-@pytest.mark.integration
 def test_a_short_tuning_run_chooses_among_the_swept_configs_and_writes_a_valid_repository(model_repository, tmp_path):
     require_tools()
     tuned = tmp_path / "tuned_repository"
