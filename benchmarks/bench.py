@@ -58,6 +58,10 @@ from pipeline_src.serving.processes import wait_for_http
 from pipeline_src.steps.captioning import standin_info
 from pipeline_src.steps.settings import CaptionerSettings
 
+# The in-process baseline is the best of three runs: one run is a few seconds, and a shared VM's speed moves by 10 %
+# from one to the next.
+OFFLINE_REPEATS = 3
+
 STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
 
 
@@ -214,10 +218,10 @@ def offline_limit(repository: Path, photos: list[bytes], batches=(1, 2, 4, 8, 16
     for batch in batches:
         chosen = [photos[i % len(photos)] for i in range(batch)]
         started = os.times()
-        # the best of three: one run is a few seconds, and a shared VM's speed moves by 10 % from one to the next
-        throughput[batch] = batch / best_seconds(functools.partial(pipeline, chosen), repeats=3)
+        throughput[batch] = batch / best_seconds(functools.partial(pipeline, chosen), repeats=OFFLINE_REPEATS)
         ended = os.times()
-        cpu[batch] = (ended.user + ended.system - started.user - started.system) / (4 * batch)  # warm-up + 3
+        runs = 1 + OFFLINE_REPEATS  # best_seconds' warm-up run, then the timed ones
+        cpu[batch] = (ended.user + ended.system - started.user - started.system) / (runs * batch)
         print(json.dumps({"offline_batch": batch, "img_per_s": throughput[batch], "cpu_s": cpu[batch]}), flush=True)
     best = max(throughput, key=lambda batch: throughput[batch])
     return {
