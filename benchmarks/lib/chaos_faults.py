@@ -31,6 +31,10 @@ DETECT_WAIT_S = 15.0  # the watchdog and the supervisor look once a second: a fa
 # request sent after the burst (queued behind its calls) was answered.
 CANCEL_WATCH_S = 15.0
 TRITON_DETECT, TRITON_HEALED = "supervisor: tritonserver ", "supervisor: tritonserver ready again in"
+# A stub killed while it holds the lock on its shared memory with Triton can take tritonserver down with it: Triton
+# 2.51's python backend then aborts (boost::interprocess::lock_exception, SIGABRT; now and then
+# under load). The supervisor's restart of tritonserver is then what detects and heals the stub's fault.
+TRITON_ABORT_NOTE = "the stub's death took tritonserver down (its log: boost::interprocess::lock_exception)"
 
 
 @dataclass
@@ -172,6 +176,14 @@ async def inject(kind: str, round_: int, served: Served, rng: random.Random, pho
     raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(KINDS)}")
 
 
+def took_triton_down(injection: Injection, served: Served) -> None:
+    """The killed stub took tritonserver down: its restart detects and heals the fault."""
+    injection.detected = served.find(TRITON_DETECT, injection.at, "restarting it")
+    if injection.detected is not None:
+        injection.heal = (TRITON_HEALED,)
+        injection.notes.append(TRITON_ABORT_NOTE)
+
+
 async def await_recovery(injection: Injection, served: Served, load: Load, cap_s: float, gap_s: float) -> None:
     """Until serve.py has said it saw and healed the fault (where it says so), a request sent after that was
     answered correctly, the stopped stub was sent SIGCONT, and ``gap_s`` passed quietly; at most ``cap_s``.
@@ -181,6 +193,8 @@ async def await_recovery(injection: Injection, served: Served, load: Load, cap_s
         now = time.monotonic()
         if injection.detect and injection.detected is None:
             injection.detected = served.find(injection.detect[0], injection.at, *injection.detect[1:])
+            if injection.detected is None and injection.kind.startswith(STUB_KILL):
+                took_triton_down(injection, served)
         if injection.detected is not None and injection.healed is None:
             injection.healed = served.find(injection.heal[0], injection.detected.at, *injection.heal[1:])
         waiting_on_serve = injection.detected is not None and injection.healed is None

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from benchmarks.lib.chaos_faults import GRPC_CANCEL, STUB_KILL, STUB_STOP, TRITON_KILL, Injection
+from benchmarks.lib.chaos_faults import GRPC_CANCEL, STUB_KILL, STUB_STOP, TRITON_HEALED, TRITON_KILL, Injection
 from benchmarks.lib.chaos_load import FAILED, OK, UNANSWERED, WRONG, Outcome
 from pipeline_src.profiling.report import markdown_table
 
@@ -29,10 +29,12 @@ def restart_s(injection: Injection) -> float | None:
 
 def recovery_limit_s(injection: Injection) -> float | None:
     """What the issue allows: 30 s after a stub's death, the API's 10 s, tritonserver's measured restart + 30 s
-    (None: it restarted without saying how long it took, which fails); a burst that did not crash Triton, 30 s."""
-    if injection.kind.startswith(STUB_KILL) or injection.kind == STUB_STOP:
+    (None: it restarted without saying how long it took, which fails; also for a stub whose death took
+    tritonserver down); a burst that did not crash Triton, 30 s."""
+    triton_restarted = injection.healed is not None and injection.healed.text.startswith(TRITON_HEALED)
+    if (injection.kind.startswith(STUB_KILL) and not triton_restarted) or injection.kind == STUB_STOP:
         return STUB_RECOVERY_S
-    if injection.kind == TRITON_KILL or (injection.kind == GRPC_CANCEL and injection.detected):
+    if injection.kind == TRITON_KILL or (injection.kind == GRPC_CANCEL and injection.detected) or triton_restarted:
         restarted = restart_s(injection)
         return None if restarted is None else restarted + AFTER_RESTART_S
     if injection.kind == GRPC_CANCEL:

@@ -9,14 +9,15 @@ import json
 import random
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from benchmarks.chaos import schedule
-from benchmarks.lib.chaos_faults import KINDS, STUB_KILL, TRITON_KILL, Injection
+from benchmarks.lib.chaos_faults import KINDS, STUB_KILL, TRITON_HEALED, TRITON_KILL, Injection, took_triton_down
 from benchmarks.lib.chaos_load import FAILED, OK, UNANSWERED, WRONG, Outcome, judge
-from benchmarks.lib.chaos_report import fault_figures
-from benchmarks.lib.chaos_serve import Line
+from benchmarks.lib.chaos_report import fault_figures, recovery_limit_s
+from benchmarks.lib.chaos_serve import Line, Served
 from benchmarks.lib.soak import Expected
 from pipeline_src import PROJECT_ROOT
 
@@ -86,6 +87,23 @@ def test_a_fault_is_recovered_at_the_first_correct_answer_after_the_last_failure
     assert not fault_figures(injection, [*window, hung], started=0.0)["recovered"]  # past the limit
     slow_stub = Injection(STUB_KILL + "label", 1, 100.0)
     assert not fault_figures(slow_stub, [Outcome("g", 0, 100.0, 131.0, OK)], started=0.0)["recovered"]  # over 30 s
+
+
+def test_a_stub_whose_death_took_tritonserver_down_is_healed_by_its_restart():
+    # Triton 2.51's python backend may abort when a stub dies holding their shared lock (now and then, under load).
+    served = Served.__new__(Served)  # its lines alone: no serve.py
+    served._lock = threading.Lock()
+    served.lines = [
+        Line(99.0, "watchdog: captioner: stub captioner_0_0 gone: unloaded, loading it again"),  # an earlier fault
+        Line(100.8, "supervisor: tritonserver killed by SIGABRT; restarting it (1 in a row of at most 5)"),
+        Line(106.0, "supervisor: tritonserver ready again in 5.2 s"),
+    ]
+    injection = Injection(STUB_KILL + "captioner", 1, 100.0, detect=("watchdog: captioner: ", "stub "))
+    took_triton_down(injection, served)
+    assert injection.detected == served.lines[1] and injection.heal == (TRITON_HEALED,)
+    assert "lock_exception" in injection.notes[0]
+    injection.healed = served.lines[2]
+    assert recovery_limit_s(injection) == 5.2 + 30
 
 
 def test_the_schedule_has_every_kind_its_rounds_in_a_seeded_order():
