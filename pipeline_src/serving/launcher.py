@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -60,6 +61,23 @@ def tritonserver_flags(config_name: str, response_cache_mib: int, extra: Sequenc
         *(() if cache_flags(extra) else local_cache_args(response_cache_mib)),
         *extra,
     )
+
+
+# The Python backend's stubs talk to tritonserver through regions in /dev/shm (memory, not disk). A server that stops
+# cleanly removes its own; one killed (or crashed) leaves them there for good, so each server gets a prefix of its
+# own (python_backend's ``shm-region-prefix-name``, a uuid follows it) and ``stop`` removes what is left under it.
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX_CONFIG = "shm-region-prefix-name="
+
+
+def remove_shared_memory(prefix: str, shm_dir: Path = SHM_DIR) -> int:
+    """Remove the regions whose names start with ``prefix`` (letters, digits and ``_``): how many there were."""
+    removed = 0
+    for region in shm_dir.glob(f"{prefix}*"):
+        with contextlib.suppress(FileNotFoundError):
+            region.unlink()
+            removed += 1
+    return removed
 
 
 ADDRESS_FLAG = re.compile(r"--(http|grpc|metrics)-address=(\S+)")
@@ -120,6 +138,12 @@ class TritonServer:
         self.log_to_stdout = log_to_stdout  # a container's log is its output: no file then
         self.report = report
         self.process: subprocess.Popen | None = None
+        # None where the flags name a prefix of their own: their regions are the caller's to look after
+        self.shm_prefix = (
+            None
+            if any(SHM_PREFIX_CONFIG in argument for argument in self.extra_args)
+            else f"triton_python_backend_shm_region_food11_{secrets.token_hex(4)}_"
+        )
 
     @property
     def caches_responses(self) -> bool:
@@ -168,6 +192,7 @@ class TritonServer:
             f"--metrics-address={self.address}",
             f"--metrics-port={self.ports.metrics}",
             *admin.restricted_args(self.admin_key),
+            *([f"--backend-config=python,{SHM_PREFIX_CONFIG}{self.shm_prefix}"] if self.shm_prefix else []),
             *self.extra_args,
         ]
 
@@ -250,6 +275,8 @@ class TritonServer:
         code = stop_process(self.process, timeout_s, whole_group=True)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        if self.shm_prefix and (left := remove_shared_memory(self.shm_prefix)):
+            self.report(f"tritonserver: removed the {left} shared-memory region(s) its stubs left in {SHM_DIR}")
         return code
 
     def __enter__(self) -> TritonServer:

@@ -17,6 +17,7 @@ import psutil
 import pytest
 from helpers import APPLE, serve_command
 
+from pipeline_src.serving.launcher import SHM_DIR
 from pipeline_src.serving.ports import free_port, free_ports
 from pipeline_src.serving.stubs import stubs_of
 
@@ -120,10 +121,16 @@ def test_a_stopped_stub_is_healed_and_a_late_sigcont_harms_nothing(served, first
     assert served.answers_correctly_again()["label"] == first_answer["label"]
 
 
-def test_a_killed_tritonserver_is_started_again(served, first_answer):
-    served.child("tritonserver").kill()
+def test_a_killed_tritonserver_is_started_again_and_its_stubs_shared_memory_freed(served, first_answer):
+    triton = served.child("tritonserver")
+    # A stub's command line names its region in /dev/shm (test_supervision.py's STUB_ARGUMENTS).
+    regions = [SHM_DIR / psutil.Process(stub.pid).cmdline()[2] for stub in stubs_of(triton.pid)]
+    assert regions and all(region.exists() for region in regions)
+    triton.kill()
     assert "tritonserver killed by SIGKILL; restarting it (1 in a row of at most" in served.wait_for_line("supervisor:")
+    assert f"removed the {len(regions)} shared-memory region(s)" in served.wait_for_line("tritonserver: removed")
     served.wait_for_line("supervisor: tritonserver ready again in")
+    assert not any(region.exists() for region in regions)
     assert served.answers_correctly_again()["caption"] == first_answer["caption"]
 
 

@@ -1,9 +1,12 @@
 """The supervisor's bookkeeping without servers: reading a stub's command line, naming how a process ended,
-and the restart budget that turns a crash loop into a stop with its reason (at once, under a limit of 0: the Triton
-container's)."""
+the restart budget that turns a crash loop into a stop with its reason (at once, under a limit of 0: the Triton
+container's), and the shared memory a killed server's stubs leave behind."""
+
+from pathlib import Path
 
 import pytest
 
+from pipeline_src.serving.launcher import TritonServer, remove_shared_memory
 from pipeline_src.serving.stubs import parse_stub
 from pipeline_src.serving.supervisor import CrashLoop, NotRestarted, RestartBudget, exit_cause
 
@@ -65,3 +68,24 @@ def test_a_limit_of_zero_restarts_nothing_and_says_why():
     budget = RestartBudget("tritonserver", limit=0)
     with pytest.raises(NotRestarted, match=r"^tritonserver killed by SIGKILL; restart limit 0: not restarted here$"):
         budget.spend("killed by SIGKILL")
+
+
+def test_each_server_names_its_stubs_shared_memory_and_removes_what_a_kill_left(tmp_path):
+    server, other = (TritonServer(tmp_path / "models", tmp_path / "work", binary=Path("tritonserver")) for _ in "ab")
+    assert server.shm_prefix != other.shm_prefix
+    assert f"--backend-config=python,shm-region-prefix-name={server.shm_prefix}" in server.command()
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    left = [shm / f"{server.shm_prefix}{n}b09d-41c3" for n in range(3)]
+    kept = [shm / f"{other.shm_prefix}77a1", shm / "triton_python_backend_shm_region_5e0f", shm / "sem.other"]
+    for region in left + kept:
+        region.write_bytes(b"\0" * 16)
+    assert remove_shared_memory(server.shm_prefix, shm) == 3
+    assert sorted(shm.iterdir()) == sorted(kept)
+
+
+def test_a_prefix_the_flags_name_is_left_to_the_caller(tmp_path):
+    flag = "--backend-config=python,shm-region-prefix-name=mine_"
+    server = TritonServer(tmp_path / "models", tmp_path / "work", binary=Path("tritonserver"), extra_args=(flag,))
+    assert server.shm_prefix is None
+    assert [a for a in server.command() if "shm-region-prefix-name" in a] == [flag]
