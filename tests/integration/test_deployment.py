@@ -270,8 +270,10 @@ def test_the_triton_command_restricts_the_admin_apis_to_the_operators_key(tmp_pa
     assert started.returncode == 1 and "tritonserver" in started.stderr  # the fake never became ready
     assert arguments[0] == "--model-repository=/models"
     assert {"--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"} <= set(arguments)
+    shm_prefix = next(a for a in arguments if a.startswith("--backend-config=python,shm-region-prefix-name="))
     assert arguments[arguments.index(admin.restricted_args(key)[0]) :] == [
         *admin.restricted_args(key),
+        shm_prefix,  # the stubs' shared memory, freed should the server be killed (launcher.remove_shared_memory)
         "--model-control-mode=explicit",
         "--load-model=*",
         "--model-config-name=onnxruntime",
