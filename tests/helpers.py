@@ -4,6 +4,7 @@ the conftest.py files, which no test module imports."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import struct
 import sys
@@ -16,6 +17,7 @@ from PIL import Image
 
 from pipeline_src import PROJECT_ROOT, contract
 from pipeline_src.repository.loading import parse_config
+from pipeline_src.serving.launcher import TritonServer
 
 PHOTOS_DIR = Path(__file__).parent / "photos"
 FRUIT_PHOTOS = ("apple.jpg", "orange.jpg", "fruits.jpg")
@@ -23,6 +25,17 @@ APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
 # A test's tritonserver stops within 3 s rather than Triton's 30: after a failed load or a cancelled call,
 # Triton 2.51 counts a model as still live and waits out its whole exit timeout.
 QUICK_EXIT = "--exit-timeout-secs=3"
+
+
+@contextlib.contextmanager
+def running(server: TritonServer, ready_timeout_s: float = 300.0):
+    """The server started, then killed: its graceful stop (3-4 s of unloading) has tests of its own
+    (test_serve.py), and a kill leaves nothing behind (stop() frees its stubs' shared memory)."""
+    server.start(ready_timeout_s)
+    try:
+        yield server
+    finally:
+        server.stop(timeout_s=0)
 
 
 def extra_outputs(repository: Path, ensemble: str = contract.ENSEMBLE) -> list[str]:

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from helpers import QUICK_EXIT, admin_client
+from helpers import QUICK_EXIT, admin_client, running
 
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import free_port, free_ports
@@ -34,7 +34,7 @@ def triton(model_repository, tmp_path_factory) -> TritonServer:
             f"--trace-config=triton,file={work_dir / 'trace.json'}",
         ),
     )
-    with server:
+    with running(server):
         yield server
     print(f"tritonserver log: {server.log_file}")
 
@@ -140,8 +140,10 @@ def real_api(real_repository, tmp_path_factory):
     from food11_api.settings import ApiSettings
 
     with (
-        TritonServer(
-            real_repository, tmp_path_factory.mktemp("real-triton"), free_ports(), extra_args=(QUICK_EXIT,)
+        running(
+            TritonServer(
+                real_repository, tmp_path_factory.mktemp("real-triton"), free_ports(), extra_args=(QUICK_EXIT,)
+            )
         ) as server,
         UvicornThread(create_app(ApiSettings(triton_url=server.grpc_url))) as api,
     ):

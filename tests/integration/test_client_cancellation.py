@@ -4,7 +4,7 @@ food11_client/cancellation.py): every caller gets its deadline error and the ser
 import asyncio
 
 import pytest
-from helpers import APPLE, QUICK_EXIT
+from helpers import APPLE, QUICK_EXIT, running
 
 from food11_client import AsyncFood11Client, DeadlineExceededError, Food11Client
 from food11_client.cancellation import cancels_safely
@@ -23,8 +23,8 @@ def test_only_servers_with_the_fix_are_cancelled(version, safe):
 @pytest.fixture(scope="module")
 def own_triton(model_repository, tmp_path_factory):
     """Its own server: if the workaround failed, the session's would die with it."""
-    with TritonServer(
-        model_repository, tmp_path_factory.mktemp("cancellation"), free_ports(), extra_args=(QUICK_EXIT,)
+    with running(
+        TritonServer(model_repository, tmp_path_factory.mktemp("cancellation"), free_ports(), extra_args=(QUICK_EXIT,))
     ) as server:
         yield server
 

@@ -39,7 +39,7 @@ def own_triton(model_repository, tmp_path_factory):
 
     servers = [start()]
     yield servers, start
-    servers[-1].stop()
+    servers[-1].stop(timeout_s=0)  # killed: see helpers.running
 
 
 def test_triton_stopped_is_503_at_once_and_the_api_recovers_by_itself(own_triton, api_factory):

@@ -13,7 +13,7 @@ import sys
 
 import httpx
 import pytest
-from helpers import APPLE, PHOTOS_DIR, QUICK_EXIT, admin_client, post_photo
+from helpers import APPLE, PHOTOS_DIR, QUICK_EXIT, admin_client, post_photo, running
 
 from food11_client import Food11Client, PipelineError, cli
 from pipeline_src.contract import CORE_OUTPUTS
@@ -128,7 +128,7 @@ def server(extended, tmp_path_factory):
     server = TritonServer(
         repository, work, free_ports(), extra_args=("--model-control-mode=explicit", "--load-model=*", QUICK_EXIT)
     )
-    with server:
+    with running(server):
         yield server
 
 

@@ -10,6 +10,7 @@ import struct
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from helpers import running
 
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.perf_input import main, write_all, write_input_data
@@ -297,7 +298,7 @@ def after_bls_server(after_bls, tmp_path_factory):
         free_ports(),
         extra_args=("--model-control-mode=explicit", f"--load-model={AFTER_BLS}"),
     )
-    with server:
+    with running(server):
         yield server
 
 

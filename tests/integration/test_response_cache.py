@@ -15,7 +15,7 @@ import urllib.request
 
 import httpx
 import pytest
-from helpers import QUICK_EXIT
+from helpers import QUICK_EXIT, running
 
 from food11_client import Food11Client
 from food11_client.errors import ServerUnavailableError
@@ -40,7 +40,7 @@ def cached_server(model_repository, tmp_path_factory):
         extra_args=("--model-control-mode=explicit", "--load-model=*", QUICK_EXIT, *local_cache_args(16)),
         report=lines.append,
     )
-    with server:
+    with running(server):
         server.reported = lines  # type: ignore[attr-defined]
         yield server
 

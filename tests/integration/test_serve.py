@@ -33,11 +33,13 @@ def serving(model_repository, tmp_path, *extra):
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
     try:
+        said = []
         for line in process.stdout:
+            said.append(line)
             if "Ctrl-C stops everything" in line or "error" in line.lower() or "exited" in line:
                 break
         assert "Ctrl-C stops everything" in line, line
-        yield ports, process
+        yield ports, process, "".join(said)
     finally:
         if process.poll() is None:
             process.kill()
@@ -62,9 +64,13 @@ def get_status(url):
         return response.status
 
 
-def test_triton_alone_starts_and_stops_cleanly_on_sigterm(model_repository, tmp_path):
-    with serving(model_repository, tmp_path, "--no-api") as (ports, process):
-        assert get_status(f"http://127.0.0.1:{ports.http}/v2/models/food11_pipeline/ready") == 200
+@pytest.fixture(scope="module")
+def triton_alone(model_repository, tmp_path_factory):
+    """serve.py without the API, its response cache on, for the tests below; then SIGTERM stops it cleanly: status
+    0, its models unloaded, nothing listening any more."""
+    tmp_path = tmp_path_factory.mktemp("triton_alone")
+    with serving(model_repository, tmp_path, "--no-api", "--response-cache-mib", "8") as (ports, process, said):
+        yield tmp_path, ports, said
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0
     assert "successfully unloaded 'food11_pipeline'" in (tmp_path / "server.log").read_text()
@@ -72,22 +78,40 @@ def test_triton_alone_starts_and_stops_cleanly_on_sigterm(model_repository, tmp_
         get_status(f"http://127.0.0.1:{ports.http}/v2/health/live")
 
 
-def test_make_serve_closes_tritons_admin_apis_and_leaves_the_key_to_this_user(model_repository, tmp_path):
+def test_triton_alone_serves_the_ensemble_on_the_port_asked_for(triton_alone):
+    _, ports, _ = triton_alone
+    assert get_status(f"http://127.0.0.1:{ports.http}/v2/models/food11_pipeline/ready") == 200
+
+
+def test_make_serve_closes_tritons_admin_apis_and_leaves_the_key_to_this_user(triton_alone):
     def set_log_level(http_port: int, headers: dict) -> int:
         return post_json_status(f"http://127.0.0.1:{http_port}/v2/logging", {"log_verbose_level": 0}, headers)
 
-    with serving(model_repository, tmp_path, "--no-api") as (ports, process):
-        key_file = tmp_path / "work" / "admin-key"
-        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-        assert set_log_level(ports.http, {}) == 403
-        assert set_log_level(ports.http, admin.http_headers(key_file.read_text().strip())) == 200
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=120) == 0
+    tmp_path, ports, _ = triton_alone
+    key_file = tmp_path / "work" / "admin-key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert set_log_level(ports.http, {}) == 403
+    assert set_log_level(ports.http, admin.http_headers(key_file.read_text().strip())) == 200
+
+
+def test_make_serve_answers_a_repeated_photo_from_the_response_cache(triton_alone, photos):
+    """serve.py's default cache (the helpers turn it off for the fault tests: a later flag wins)."""
+    _, ports, said = triton_alone
+    (version,) = re.findall(r"response cache: food11_pipeline cached, at version (\d+)", said)
+    with Food11Client(f"127.0.0.1:{ports.grpc}") as client:
+        (first,) = client.caption([photos["apple.jpg"]])
+        (again,) = client.caption([photos["apple.jpg"]])
+    assert again == first
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{ports.http}/v2/models/food11_pipeline/versions/{version}/stats"
+    ) as response:
+        (stats,) = json.loads(response.read())["model_stats"]
+    assert stats["inference_stats"]["cache_hit"]["count"] == 1
 
 
 def test_triton_and_api_listen_on_loopback_only_and_stop_quietly_on_ctrl_c(model_repository, tmp_path):
     api_port = free_port()
-    with serving(model_repository, tmp_path, "--api-port", str(api_port)) as (ports, process):
+    with serving(model_repository, tmp_path, "--api-port", str(api_port)) as (ports, process, _):
         assert get_status(f"http://127.0.0.1:{api_port}/readyz") == 200
         servers = servers_of(process)
         # Triton's gRPC listens on an IPv6 socket bound to the IPv4-mapped loopback address.
@@ -107,7 +131,7 @@ def test_triton_and_api_listen_on_loopback_only_and_stop_quietly_on_ctrl_c(model
 def test_no_server_outlives_serve_py(model_repository, tmp_path, signum):
     """SIGHUP (the terminal closed) stops the servers in order; SIGKILL leaves serve.py no say, so the
     kernel's parent-death signal stops them."""
-    with serving(model_repository, tmp_path, "--api-port", str(free_port())) as (ports, process):
+    with serving(model_repository, tmp_path, "--api-port", str(free_port())) as (ports, process, _):
         servers = servers_of(process)
         assert {server.name() for server in servers} >= {"tritonserver", "triton_python_backend_stub"}
         process.send_signal(signum)
@@ -150,31 +174,3 @@ def test_a_broken_repository_is_refused_before_tritonserver_starts(model_reposit
     assert not (tmp_path / "server.log").exists()  # tritonserver never ran: it would have written its log
     with pytest.raises(OSError):
         get_status(f"http://127.0.0.1:{ports.http}/v2/health/live")
-
-
-def test_make_serve_answers_a_repeated_photo_from_the_response_cache(model_repository, tmp_path, photos):
-    """serve.py's default cache (the helpers turn it off for the fault tests: a later flag wins)."""
-    ports = free_ports()
-    command = serve_command(model_repository, tmp_path, ports, "--no-api", "--response-cache-mib", "8")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        said = []
-        for line in process.stdout:
-            said.append(line)
-            if "Ctrl-C stops everything" in line or "error" in line.lower():
-                break
-        (version,) = re.findall(r"response cache: food11_pipeline cached, at version (\d+)", "".join(said))
-        with Food11Client(f"127.0.0.1:{ports.grpc}") as client:
-            (first,) = client.caption([photos["apple.jpg"]])
-            (again,) = client.caption([photos["apple.jpg"]])
-        assert again == first
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{ports.http}/v2/models/food11_pipeline/versions/{version}/stats"
-        ) as response:
-            (stats,) = json.loads(response.read())["model_stats"]
-        assert stats["inference_stats"]["cache_hit"]["count"] == 1
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=120) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()

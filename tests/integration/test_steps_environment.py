@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import APPLE
+from helpers import APPLE, running
 
 from food11_client import Food11Client
 from pipeline_src import PROJECT_ROOT
@@ -40,7 +40,7 @@ def test_the_steps_extra_alone_serves_the_pipeline(steps_python, model_repositor
     assert "tritonclient" not in installed and "torch" not in installed and "fastapi" not in installed
 
     server = TritonServer(model_repository, tmp_path / "triton", free_ports(), steps_python=steps_python)
-    with server, Food11Client(server.grpc_url, timeout_s=120) as client:
+    with running(server), Food11Client(server.grpc_url, timeout_s=120) as client:
         (result,) = client.caption([APPLE])
         manifests = client.manifests()
     assert result.label == "Vegetable/Fruit"

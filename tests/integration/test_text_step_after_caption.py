@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from helpers import APPLE, QUICK_EXIT, admin_client, post_photo
+from helpers import APPLE, QUICK_EXIT, admin_client, post_photo, running
 from tritonclient.utils import InferenceServerException
 
 from food11_client import Food11Client
@@ -138,7 +138,7 @@ def server(extended, tmp_path_factory):
         free_ports(),
         extra_args=("--model-control-mode=explicit", "--load-model=*", QUICK_EXIT),
     )
-    with server:
+    with running(server):
         yield server
 
 
