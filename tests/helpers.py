@@ -25,6 +25,9 @@ APPLE = (PHOTOS_DIR / "apple.jpg").read_bytes()
 # A test's tritonserver stops within 3 s rather than Triton's 30: after a failed load or a cancelled call,
 # Triton 2.51 counts a model as still live and waits out its whole exit timeout.
 QUICK_EXIT = "--exit-timeout-secs=3"
+# Tritonserver's flags for a test that needs no caption: the classify ensemble's steps alone (preprocess, classifier,
+# label: every kind of process the whole pipeline has) start and stop in half its time. serve.py takes them after "--".
+CLASSIFY_ONLY = ("--model-control-mode=explicit", f"--load-model={contract.CLASSIFY_ENSEMBLE}")
 
 
 @contextlib.contextmanager

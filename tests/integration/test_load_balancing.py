@@ -6,7 +6,7 @@ import time
 import httpx
 import pytest
 import tritonclient.grpc as grpcclient
-from helpers import APPLE
+from helpers import APPLE, CLASSIFY_ONLY
 
 from pipeline_src.contract import CLASSIFY_ENSEMBLE
 from pipeline_src.serving.launcher import TritonServer
@@ -28,7 +28,7 @@ def two_tritons(model_repository, tmp_path_factory):
                 tmp_path_factory.mktemp("balanced"),
                 ports,
                 address=address,
-                extra_args=("--model-control-mode=explicit", f"--load-model={CLASSIFY_ENSEMBLE}"),
+                extra_args=CLASSIFY_ONLY,
             )
         )
     try:

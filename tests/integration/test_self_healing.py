@@ -15,17 +15,13 @@ import time
 import httpx
 import psutil
 import pytest
-from helpers import APPLE, serve_command
+from helpers import APPLE, CLASSIFY_ONLY, serve_command
 
-from pipeline_src.contract import CLASSIFY_ENSEMBLE
 from pipeline_src.serving.launcher import SHM_DIR
 from pipeline_src.serving.ports import free_port, free_ports
 from pipeline_src.serving.stubs import stubs_of
 
 DEADLINE_S = 60.0
-# Tritonserver's flags for the crash-loop tests: the classify ensemble's steps alone (the label step among them) start
-# and stop in half the time of the whole pipeline, and a crash loop needs no caption.
-CLASSIFY_ONLY = ("--", "--model-control-mode=explicit", f"--load-model={CLASSIFY_ENSEMBLE}")
 
 
 class Served:
@@ -146,7 +142,7 @@ def test_a_killed_api_is_started_again(served, first_answer):
 
 
 def test_a_step_that_keeps_dying_ends_serve_with_the_reason(model_repository, tmp_path):
-    serve = Served(model_repository, tmp_path, "--no-reload", "--no-api", "--heal-limit", "1", *CLASSIFY_ONLY)
+    serve = Served(model_repository, tmp_path, "--no-reload", "--no-api", "--heal-limit", "1", "--", *CLASSIFY_ONLY)
     try:
         os.kill(serve.stub("label"), signal.SIGKILL)
         serve.wait_for_line("watchdog: label: healed in")
@@ -159,7 +155,7 @@ def test_a_step_that_keeps_dying_ends_serve_with_the_reason(model_repository, tm
 
 
 def test_a_tritonserver_that_keeps_dying_ends_serve_with_the_reason(model_repository, tmp_path):
-    serve = Served(model_repository, tmp_path, "--no-reload", "--no-api", "--restart-limit", "1", *CLASSIFY_ONLY)
+    serve = Served(model_repository, tmp_path, "--no-reload", "--no-api", "--restart-limit", "1", "--", *CLASSIFY_ONLY)
     try:
         serve.child("tritonserver").kill()
         serve.wait_for_line("supervisor: tritonserver ready again in")

@@ -16,10 +16,9 @@ import urllib.request
 
 import psutil
 import pytest
-from helpers import post_json_status, serve_command
+from helpers import CLASSIFY_ONLY, post_json_status, serve_command
 
 from food11_client import Food11Client
-from pipeline_src.contract import CLASSIFY_ENSEMBLE
 from pipeline_src.serving import admin
 from pipeline_src.serving.ports import free_port, free_ports
 
@@ -132,9 +131,11 @@ def test_triton_and_api_listen_on_loopback_only_and_stop_quietly_on_ctrl_c(model
 def test_no_server_outlives_serve_py(model_repository, tmp_path, signum):
     """SIGHUP (the terminal closed) stops the servers in order; SIGKILL leaves serve.py no say, so the
     kernel's parent-death signal stops them."""
-    # The classify ensemble's steps alone: as many kinds of process as the whole pipeline, in half the start time.
-    classify_only = ("--", "--model-control-mode=explicit", f"--load-model={CLASSIFY_ENSEMBLE}")
-    with serving(model_repository, tmp_path, "--api-port", str(free_port()), *classify_only) as (ports, process, _):
+    with serving(model_repository, tmp_path, "--api-port", str(free_port()), "--", *CLASSIFY_ONLY) as (
+        ports,
+        process,
+        _,
+    ):
         servers = servers_of(process)
         assert {server.name() for server in servers} >= {"tritonserver", "triton_python_backend_stub"}
         process.send_signal(signum)
