@@ -51,18 +51,6 @@ def model_control_args(extra: Sequence[str]) -> tuple[str, ...]:
     return () if chosen_model_control(extra) else EXPLICIT_MODEL_CONTROL
 
 
-def tritonserver_flags(config_name: str, response_cache_mib: int, extra: Sequence[str]) -> tuple[str, ...]:
-    """What ``make serve`` and the Triton container add to ``TritonServer``'s own flags: model control, the ONNX
-    steps' config name, the local response cache unless ``extra`` configures a cache (Redis), then ``extra``,
-    last, so that it wins."""
-    return (
-        *model_control_args(extra),
-        *([f"--model-config-name={config_name}"] if config_name else []),
-        *(() if cache_flags(extra) else local_cache_args(response_cache_mib)),
-        *extra,
-    )
-
-
 # The Python backend's stubs talk to tritonserver through regions in /dev/shm (memory, not disk). A server that stops
 # cleanly removes its own; one killed (or crashed) leaves them there for good, so each server gets a prefix of its
 # own (python_backend's ``shm-region-prefix-name``, a uuid follows it) and ``stop`` removes what is left under it.
@@ -84,8 +72,10 @@ ADDRESS_FLAG = re.compile(r"--(http|grpc|metrics)-address=(\S+)")
 
 
 def triton_server(settings: ServeSettings, report: Callable[[str], None], binary: Path | None = None) -> TritonServer:
-    """tritonserver as the serving settings say; ``binary`` where they name none. An ``--http-address`` among the
-    tritonserver flags binds the HTTP, gRPC and metrics endpoints alike (TRITON_ARGS on a host network)."""
+    """tritonserver as the serving settings say; ``binary`` where they name none. Its flags: model control, the
+    ONNX steps' config name, the local response cache unless the tritonserver flags configure one (Redis), then
+    those flags. An ``--http-address`` among them binds the HTTP, gRPC and metrics endpoints alike (TRITON_ARGS on
+    a host network)."""
     addresses = {kind: value for argument in settings.triton_args for kind, value in ADDRESS_FLAG.findall(argument)}
     extra = [argument for argument in settings.triton_args if not ADDRESS_FLAG.fullmatch(argument)]
     return TritonServer(
@@ -94,7 +84,12 @@ def triton_server(settings: ServeSettings, report: Callable[[str], None], binary
         Ports(settings.http_port, settings.grpc_port, settings.metrics_port),
         log_file=settings.log_file,
         log_to_stdout=settings.log_file is None,
-        extra_args=tritonserver_flags(settings.triton_config, settings.response_cache_mib, extra),
+        extra_args=(
+            *model_control_args(extra),
+            *([f"--model-config-name={settings.triton_config}"] if settings.triton_config else []),
+            *(() if cache_flags(extra) else local_cache_args(settings.response_cache_mib)),
+            *extra,  # last, so that it wins
+        ),
         binary=settings.tritonserver or binary,
         address=addresses.get("http", settings.host),
         admin_key=settings.admin_key(),
@@ -176,6 +171,10 @@ class TritonServer:
         return admin.http_headers(self.admin_key)
 
     @property
+    def repository_api(self) -> TritonRepositoryApi:
+        return TritonRepositoryApi(self.http_url, self.admin_http_headers)
+
+    @property
     def admin_grpc_headers(self) -> dict[str, str]:
         """``headers=`` for tritonclient.grpc's load_model, unload_model, update_trace_settings and the like."""
         return admin.grpc_headers(self.admin_key)
@@ -227,9 +226,7 @@ class TritonServer:
 
     @property
     def cached_ensembles(self) -> CachedEnsembles:
-        return CachedEnsembles(
-            self.model_repository, TritonRepositoryApi(self.http_url, self.admin_http_headers), self.report
-        )
+        return CachedEnsembles(self.model_repository, self.repository_api, self.report)
 
     def cache_ensembles(self) -> None:
         """Every loaded ensemble at the repository's revision with the response cache on (response_cache.py)."""

@@ -27,13 +27,12 @@ from pipeline_src.serving.launcher import (
     chosen_model_control,
     triton_server,
 )
-from pipeline_src.serving.ports import PortInUseError, Ports, check_ports_free
-from pipeline_src.serving.processes import ServerStartError, TritonStartError
+from pipeline_src.serving.ports import Ports, check_ports_free
+from pipeline_src.serving.processes import ServerStartError
 from pipeline_src.serving.reload import DEFAULT_PACKAGES, StepReloader, validator_errors
-from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.settings import ServeSettings, settings_from
-from pipeline_src.serving.supervisor import CrashLoop, NotRestarted, RestartBudget, Supervisor
-from pipeline_src.serving.watchdog import NeedsAPerson, StubWatchdog
+from pipeline_src.serving.supervisor import CrashLoop, NotRestarted, StopRequested, Supervisor, ignore, report, stop_on
+from pipeline_src.serving.watchdog import NeedsAPerson
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal was closed
 STOPPED_STUB_NOTE = (
@@ -49,26 +48,7 @@ def validate_or_exit(model_repository: Path) -> None:
     report = validate_repository(model_repository)
     print(report.text(), file=sys.stdout if report.ok else sys.stderr, flush=True)
     if not report.ok:
-        print(
-            "error: tritonserver not started: fix the model repository above (or pass --skip-validation)",
-            file=sys.stderr,
-            flush=True,
-        )
-        sys.exit(1)
-
-
-class StopRequested(Exception):
-    """A stop signal arrived; raised in the main thread wherever it is, start-up included."""
-
-
-def _stop_requested(signum, _frame):
-    raise StopRequested(signal.Signals(signum).name)
-
-
-def _ignore_further_stop_signals() -> None:
-    """While stopping: a second Ctrl-C must not interrupt the orderly shutdown with a traceback."""
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
+        sys.exit("error: tritonserver not started: fix the model repository above (or pass --skip-validation)")
 
 
 def start_reloader(settings: ServeSettings, server: TritonServer) -> StepReloader | None:
@@ -81,9 +61,9 @@ def start_reloader(settings: ServeSettings, server: TritonServer) -> StepReloade
     packages = {**DEFAULT_PACKAGES, **{folder.resolve().name: folder.resolve() for folder in settings.reload_package}}
     reloader = StepReloader(
         server.model_repository,
-        TritonRepositoryApi(server.http_url, server.admin_http_headers),
+        server.repository_api,
         packages,
-        report=lambda line: print(line, flush=True),
+        report=report,
         # a reloaded step makes a new revision: the cached ensembles are uncached while it reloads, then move to
         # the new revision (response_cache)
         before_reload=server.cached_ensembles.uncache if server.caches_responses else None,
@@ -99,10 +79,6 @@ def start_reloader(settings: ServeSettings, server: TritonServer) -> StepReloade
     return reloader
 
 
-def report(line: str) -> None:
-    print(line, flush=True)
-
-
 def start_api(settings: ServeSettings, server: TritonServer) -> ApiProcess:
     api = ApiProcess(settings.host, settings.api_port, server.grpc_url)
     try:
@@ -116,9 +92,8 @@ def start_api(settings: ServeSettings, server: TritonServer) -> ApiProcess:
 
 def main(argv=None) -> None:
     settings = settings_from(ServeSettings, argv, __doc__)
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, _stop_requested)
-    server, api, reloader, watchdog, supervisor, stopped, running = None, None, None, None, None, False, False
+    stop_on(STOP_SIGNALS)
+    server, api, reloader, supervisor, stopped, running = None, None, None, None, False, False
     try:
         if not settings.skip_validation:
             validate_or_exit(settings.model_repository)
@@ -147,21 +122,12 @@ def main(argv=None) -> None:
             flush=True,
         )
         api = None if settings.no_api else start_api(settings, server)
-        watchdog = StubWatchdog(
-            lambda: server.pid,
-            TritonRepositoryApi(server.http_url, server.admin_http_headers),
-            report,
-            max_heals=settings.heal_limit,
-        )
-        supervisor = Supervisor(
+        supervisor = Supervisor.for_settings(
             server,
-            watchdog,
+            settings,
             report,
             start_api=None if settings.no_api else lambda: start_api(settings, server),
             reloader=reloader,
-            ready_timeout_s=settings.ready_timeout,
-            triton_budget=RestartBudget("tritonserver", settings.restart_limit),
-            api_budget=RestartBudget("the API", settings.restart_limit),
             api=api,
         )
         print("Ctrl-C stops everything.", flush=True)
@@ -170,12 +136,10 @@ def main(argv=None) -> None:
     except StopRequested as stop:
         print(f"{stop}{'' if running else ' during start-up'}: stopping ...", flush=True)
         stopped = True
-    except (CrashLoop, NotRestarted, NeedsAPerson) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-    except (PortInUseError, TritonStartError, ServerStartError) as exc:
+    except (CrashLoop, NotRestarted, NeedsAPerson, ServerStartError) as exc:  # ServerStartError: ports, Triton, API
         print(f"error: {exc}", file=sys.stderr, flush=True)
     finally:
-        _ignore_further_stop_signals()
+        ignore(STOP_SIGNALS)
         if reloader is not None and reloader.failed_reloads:
             print(
                 "note: a reload failed while serving: tritonserver 2.51 keeps counting the failed load as a live "
@@ -184,11 +148,10 @@ def main(argv=None) -> None:
             )
         if supervisor is not None:
             api = supervisor.api  # the one running now, if the first was restarted
-        if watchdog is not None:
-            watchdog.close()
+            supervisor.watchdog.close()
         codes = [api.stop() if api else 0, server.stop() if server else 0]
-        if codes[1] and watchdog is not None and watchdog.stopped_stubs_killed:
-            healed = watchdog.stopped_stubs_killed
+        if codes[1] and supervisor is not None and supervisor.watchdog.stopped_stubs_killed:
+            healed = supervisor.watchdog.stopped_stubs_killed
             print(f"{STOPPED_STUB_NOTE} ({healed} stopped stub(s) healed while serving)", flush=True)
     sys.exit(0 if stopped and not any(codes) else 1)
 

@@ -1,15 +1,9 @@
-"""Keep the servers serving: ``make serve``'s loop, and the Triton container's.
+"""Keep the servers serving: ``make serve``'s loop, and the Triton container's (docs/reliability.md).
 
-Once a second: a tritonserver that died is started again (its cause logged: the signal or exit status), as is
-an API that died; the other keeps serving what it can meanwhile (the API answers 503 naming Triton while Triton
-is down). A step whose stub died or stopped is healed by the watchdog (``watchdog``); a step whose files changed
-is reloaded by the ``StepReloader``. More restarts in a row than ``RestartBudget`` allows, each soon after the
-last (``DeathStreak``), is a crash loop: ``CrashLoop`` ends the loop with the reason, as ``NeedsAPerson`` does
-for a step that keeps dying, so that a person is told rather than the crash hidden.
-
-Where something else restarts this process (the Triton container: Compose's ``restart:``, Kubernetes), the
-restart limit is 0: a server that dies ends the loop at once with its cause (``NotRestarted``), and the
-orchestrator restarts the whole, with its own backoff.
+Once a second: a tritonserver or an API that died is started again, its cause logged; a step whose stub died is
+healed (``watchdog``), one whose files changed reloaded (``reload``). Restarts in quick succession past the limit
+are a crash loop (``CrashLoop``): a person is told rather than the crash hidden. Under a restart limit of 0 (the
+Triton container) a death ends the loop at once (``NotRestarted``): the orchestrator restarts the whole.
 """
 
 from __future__ import annotations
@@ -20,11 +14,16 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from pipeline_src.serving.launcher import ApiProcess, TritonServer
 from pipeline_src.serving.processes import TritonStartError
 from pipeline_src.serving.stubs import zombie_children
+from pipeline_src.serving.watchdog import DeathStreak, StubWatchdog
+
+if TYPE_CHECKING:
+    from pipeline_src.serving.reload import StepReloader
+    from pipeline_src.serving.settings import ServeSettings
 
 Report = Callable[[str], None]
 
@@ -38,50 +37,27 @@ class NotRestarted(Exception):
     orchestrator); the message says which and why."""
 
 
-class Reloader(Protocol):
-    def poll(self) -> bool: ...
+class StopRequested(Exception):
+    """A stop signal arrived; raised in the main thread wherever it is, start-up included."""
 
 
-class Watchdog(Protocol):
-    """What heals a step whose stub died (``watchdog.StubWatchdog``)."""
-
-    def baseline(self) -> None: ...
-
-    def poll(self) -> None: ...
+def _stop_requested(signum, _frame):
+    raise StopRequested(signal.Signals(signum).name)
 
 
-@dataclass
-class DeathStreak:
-    """What a crash loop is, for the supervisor and the watchdog: deaths in quick succession, each within
-    ``stable_s`` of coming back from the one before. A server or step that stays up that long starts afresh, so
-    independent faults (an OOM kill today, a crash tomorrow) never add up to a crash loop, while one that dies
-    again right after each restart does, after ``limit`` restarts."""
+def stop_on(signals: tuple[signal.Signals, ...]) -> None:
+    for signum in signals:
+        signal.signal(signum, _stop_requested)
 
-    limit: int
-    stable_s: float = 60.0
-    now: Callable[[], float] = time.monotonic
-    count: int = 0  # deaths in a row
-    back_at: float | None = None  # when it last came back (None: not since its last death)
 
-    def died(self) -> int:
-        """Count a death; how many in a row it makes."""
-        if self.back_at is not None and self.now() - self.back_at >= self.stable_s:
-            self.count = 0
-        self.count += 1
-        self.back_at = None
-        return self.count
+def ignore(signals: tuple[signal.Signals, ...]) -> None:
+    """While stopping: a second Ctrl-C must not interrupt the orderly shutdown with a traceback."""
+    for signum in signals:
+        signal.signal(signum, signal.SIG_IGN)
 
-    @property
-    def exceeded(self) -> bool:
-        return self.count > self.limit
 
-    def came_back(self) -> None:
-        self.back_at = self.now()
-
-    def describe(self, what: str, cause: str) -> str:
-        return (
-            f"{what} died {self.count} times in a row, each within {self.stable_s:.0f} s of coming back (last: {cause})"
-        )
+def report(line: str) -> None:
+    print(line, flush=True)
 
 
 def reap_orphans(keep: set[int]) -> None:
@@ -133,10 +109,10 @@ class RestartBudget:
 @dataclass
 class Supervisor:
     server: TritonServer
-    watchdog: Watchdog
+    watchdog: StubWatchdog
     report: Report
     start_api: Callable[[], ApiProcess] | None = None  # None: Triton alone (the Triton container)
-    reloader: Reloader | None = None
+    reloader: StepReloader | None = None
     ready_timeout_s: float = 600.0
     triton_budget: RestartBudget = field(default_factory=lambda: RestartBudget("tritonserver"))
     api_budget: RestartBudget = field(default_factory=lambda: RestartBudget("the API"))
@@ -145,6 +121,29 @@ class Supervisor:
 
     def __post_init__(self) -> None:
         self.watchdog.baseline()  # at once: a stub that dies from here on is seen
+
+    @classmethod
+    def for_settings(
+        cls,
+        server: TritonServer,
+        settings: ServeSettings,
+        report: Report,
+        start_api: Callable[[], ApiProcess] | None = None,
+        reloader: StepReloader | None = None,
+        api: ApiProcess | None = None,
+    ) -> Supervisor:
+        """As the serving settings say: their heal and restart limits, their ready timeout."""
+        return cls(
+            server,
+            StubWatchdog(lambda: server.pid, server.repository_api, report, max_heals=settings.heal_limit),
+            report,
+            ready_timeout_s=settings.ready_timeout,
+            triton_budget=RestartBudget("tritonserver", settings.restart_limit),
+            api_budget=RestartBudget("the API", settings.restart_limit),
+            start_api=start_api,
+            reloader=reloader,
+            api=api,
+        )
 
     def run(self) -> None:
         """Until a stop signal's exception, CrashLoop, NotRestarted or NeedsAPerson propagates out of it."""

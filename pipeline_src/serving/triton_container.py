@@ -29,22 +29,11 @@ from pathlib import Path
 from pipeline_src.serving.container_models import ModelsNotServable, RequestedModels, ensure_models
 from pipeline_src.serving.launcher import triton_server
 from pipeline_src.serving.processes import ServerStartError
-from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.settings import EXIT_BAD_SETTING, ContainerSettings, settings_from
-from pipeline_src.serving.supervisor import CrashLoop, NotRestarted, RestartBudget, Supervisor
-from pipeline_src.serving.watchdog import NeedsAPerson, StubWatchdog
+from pipeline_src.serving.supervisor import CrashLoop, NotRestarted, StopRequested, Supervisor, ignore, report, stop_on
+from pipeline_src.serving.watchdog import NeedsAPerson
 
-
-class Stop(Exception):
-    pass
-
-
-def _stop(signum, _frame):
-    raise Stop(signal.Signals(signum).name)
-
-
-def report(line: str) -> None:
-    print(line, flush=True)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def main(argv=None) -> None:
@@ -56,21 +45,13 @@ def main(argv=None) -> None:
         sys.exit(EXIT_BAD_SETTING)
     on_path = shutil.which("tritonserver")  # NVIDIA's, in the image
     server = triton_server(settings, report, binary=Path(on_path) if on_path else None)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _stop)
+    stop_on(STOP_SIGNALS)
     code = 0
     try:
         server.start(settings.ready_timeout)
         report("supervisor: tritonserver ready; watching it and its steps")
-        watchdog = StubWatchdog(
-            lambda: server.pid,
-            TritonRepositoryApi(server.http_url, server.admin_http_headers),
-            report,
-            max_heals=settings.heal_limit,
-        )
-        budget = RestartBudget("tritonserver", settings.restart_limit)
-        Supervisor(server, watchdog, report, ready_timeout_s=settings.ready_timeout, triton_budget=budget).run()
-    except Stop as stop:
+        Supervisor.for_settings(server, settings, report).run()
+    except StopRequested as stop:
         report(f"{stop}: stopping tritonserver ...")
     except NotRestarted as exc:
         print(
@@ -81,8 +62,7 @@ def main(argv=None) -> None:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         code = 1
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, signal.SIG_IGN)
+        ignore(STOP_SIGNALS)
         stopped = server.stop()
     sys.exit(code or (1 if stopped else 0))
 

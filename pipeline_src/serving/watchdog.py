@@ -1,24 +1,11 @@
 """Heal a step whose stub process died or stopped: unload and load it through Triton's repository API.
 
-A pinned workaround, in ``make serve`` and the Triton container alike. Why: python_backend removed its restart of a
-stub that died (in r24.06), and Triton's readiness does not see a dead stub: Triton 2.51 (the nvidia-pytriton
-wheel) and NVIDIA's 25.08 image leave such a model READY and fail each of its requests after a second, forever
-(``stubs``; docs/reliability.md, "What Triton does with a dead stub"). No probe sees it, so no orchestrator
-restarts anything for it. When it can go: once the Triton that the wheel and the image pin restarts a dead stub or
-reports its model not ready (python_backend's instance-readiness hook, r26.01, is the candidate): the killed-stub
-test in tests/integration/test_faults.py, which asserts the model still reads ready, then fails and says so.
-
-The watchdog polls the server's stubs once a second; when an instance's stub is gone, or stopped (SIGSTOP:
-alive, never answering), it unloads the model at once (Triton kills a dead or stopped stub on unload, and the
-model and the ensembles using it turn unready, so every probe tells the truth), then loads it again: new stubs,
-and the ensembles come back with it. A load runs in a thread of its own, so the loop goes on watching the other
-steps and the servers meanwhile.
-
-A stopped stub is killed first: under load Triton's unload waits for it forever. Deaths in quick succession
-back off (``backoff_s``: the wait before each load) and are counted: a model dying more than ``max_heals``
-times in a row, each soon after its last heal (``supervisor.DeathStreak``), is not healed but reported as needing
-a person (``NeedsAPerson``), never a restart loop that hides a crash; the model stays unloaded, so readiness says
-so.
+A pinned workaround, in ``make serve`` and the Triton container alike: Triton 2.51 (the nvidia-pytriton wheel) and
+NVIDIA's 25.08 image neither restart a dead stub nor mark its model unready (docs/reliability.md, "What Triton does
+with a dead stub", says what this does about it). When it can go: once the Triton that the wheel and the image pin
+restarts a dead stub or reports its model not ready (python_backend's instance-readiness hook, r26.01, is the
+candidate): the killed-stub test in tests/integration/test_faults.py, which asserts the model still reads ready,
+then fails and says so. A load runs in a thread of its own, so the loop goes on watching the others meanwhile.
 """
 
 from __future__ import annotations
@@ -33,7 +20,6 @@ from dataclasses import dataclass, field
 
 from pipeline_src.serving.repository_api import TritonRepositoryApi
 from pipeline_src.serving.stubs import Stub, stubs_of
-from pipeline_src.serving.supervisor import DeathStreak
 
 Report = Callable[[str], None]
 
@@ -48,9 +34,42 @@ class NeedsAPerson(Exception):
 
 
 @dataclass
+class DeathStreak:
+    """What a crash loop is, for the supervisor and the watchdog: deaths in quick succession, each within
+    ``stable_s`` of coming back from the one before. A server or step that stays up that long starts afresh, so
+    independent faults (an OOM kill today, a crash tomorrow) never add up to a crash loop, while one that dies
+    again right after each restart does, after ``limit`` restarts."""
+
+    limit: int
+    stable_s: float = 60.0
+    now: Callable[[], float] = time.monotonic
+    count: int = 0  # deaths in a row
+    back_at: float | None = None  # when it last came back (None: not since its last death)
+
+    def died(self) -> int:
+        """Count a death; how many in a row it makes."""
+        if self.back_at is not None and self.now() - self.back_at >= self.stable_s:
+            self.count = 0
+        self.count += 1
+        self.back_at = None
+        return self.count
+
+    @property
+    def exceeded(self) -> bool:
+        return self.count > self.limit
+
+    def came_back(self) -> None:
+        self.back_at = self.now()
+
+    def describe(self, what: str, cause: str) -> str:
+        return (
+            f"{what} died {self.count} times in a row, each within {self.stable_s:.0f} s of coming back (last: {cause})"
+        )
+
+
+@dataclass
 class _Heal:
     model: str
-    cause: str
     detected_at: float
     load_at: float  # when the load may start (the backoff)
     loading: Future | None = None
@@ -120,7 +139,7 @@ class StubWatchdog:
             f"watchdog: {model}: {cause}: unloaded{f' (unload: {unloaded})' if unloaded else ''}, loading it again"
             f"{f' in {wait:.0f} s' if wait else ''} (death {count} in a row of at most {self.max_heals})"
         )
-        self.healing[model] = _Heal(model, cause, now, now + wait)
+        self.healing[model] = _Heal(model, now, now + wait)
 
     def _advance(self, heal: _Heal) -> None:
         if heal.loading is None:
