@@ -1,15 +1,7 @@
 """Which steps of an ensemble Triton runs for a call that names some of its outputs, and the calls it cannot
-answer because of it.
-
-Triton's ensemble scheduler leaves out the steps that no requested output needs (core r24.10 and later,
-``EnsembleContext::EnsembleContext``, "Prune ensemble first if not all outputs are requested"): it walks back
-from the unrequested ensemble outputs, and drops a step once every tensor it maps is unneeded. It counts an
-unrequested ensemble output as unneeded even when another step reads it, so a step whose every output is an
-ensemble output is dropped from a call that names only the outputs of a step after it; that step then never
-gets its input, and the call fails with "unexpected deadlock, at least one output is not set while no more
-ensemble steps can be made". ``pruned_steps`` mirrors that walk, unexpected decrements included, so the
-validator can name such calls before a caller meets them, and the fix: the step after also reads an output of
-the dropped step that is no ensemble output (which Triton only drops when that step is dropped).
+answer because of it: ``pruned_steps`` mirrors the pruning walk of Triton's ensemble scheduler, its unexpected
+decrements included, so the validator can name such calls before a caller meets them, and the fix
+(docs/EXTENDING.md, "A step after another": how Triton prunes, and how a step avoids its "unexpected deadlock").
 """
 
 from __future__ import annotations

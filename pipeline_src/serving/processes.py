@@ -3,6 +3,7 @@ HTTP (``ServerStartError`` when one does not), and stopped gracefully (forcibly 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -51,23 +52,19 @@ def spawn(command: list[str], env: dict[str, str] | None = None, **popen_args) -
     )
 
 
-def http_ok(url: str) -> bool:
-    """Whether ``url`` answers 200 now."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
 def wait_for_http(process: subprocess.Popen, url: str, timeout_s: float, name: str) -> None:
     """Until ``url`` answers 200; ServerStartError if ``process`` exits first or time runs out."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise ServerStartError(f"{name} exited with code {process.returncode}")
-        if http_ok(url):
-            return
+        # not answering yet: refused, or an error status (HTTPError is a URLError)
+        with (
+            contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError),
+            urllib.request.urlopen(url, timeout=2) as response,
+        ):
+            if response.status == 200:
+                return
         time.sleep(0.25)
     raise ServerStartError(f"{name} not ready after {timeout_s:.0f} s")
 

@@ -1,23 +1,11 @@
 """Reload a step while Triton serves, when its files or the project code it imports change (``make serve``).
 
-Why a watcher of our own: under explicit model control, tritonserver 2.51 reloads a model on a load request
-only if a file in the model's folder is newer than at its last load (its repository manager compares
-modification times) or its config changed in more than its instances; a load passing the same config as
-``config`` only updates the loaded model in place.
-An edit of a ``pipeline_src`` module a step imports lies outside the model's folder: a plain load returns at
-once and the old code keeps serving. So this polls the files itself and, for a changed model, sets the
-modification time of its version folders to now (no file is written) before asking Triton to load it: a full
-reload, in new stub processes, each a fresh interpreter (no module of the old one survives). Triton reloads the
-ensembles that use the model by itself.
-
-A change never takes down what serves. Before asking Triton, the watcher runs food11-validate on the changed
-repository and refuses a change it rejects, naming the reason (Triton 2.51 unloads an ensemble whose new config
-it refuses, rather than keep the old one). Where Triton still fails a load, every model that was serving and no
-longer is (the model, or the ensembles Triton reloaded around it) is loaded back at once with the config it served
-with, and Triton's own reason is reported (its repository index's, not the load's generic answer). A model that
-fell anyway is loaded again at the next change of its files.
-
-Which code a step imports: ``pipeline_src.serving.step_imports``.
+Why a watcher of our own, and what it refuses: docs/EXTENDING.md, "Editing a step while it serves". Triton 2.51
+reloads a model on a load request only if a file in its folder is newer than at its last load, so for a changed
+model this sets the modification time of its version folders to now (no file is written) before asking Triton to
+load it: a full reload, in new stub processes, each a fresh interpreter. A change the validator rejects never
+reaches Triton; where Triton still fails a load, every model that fell is loaded back with the config it served
+with. Which code a step imports: ``pipeline_src.serving.step_imports``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Triton's response cache for the repository's ensembles, keyed so that a cached answer never outlives the models
-and code that made it.
-
-Triton (2.51 and NVIDIA's 25.08 alike: core ``cache_manager.cc``, ``TritonCache::Hash``) keys a cached answer on
-the model's name, its version and the bytes of its inputs, and never drops an entry but to make room: no
-invalidation on reload, no time to live. An ensemble's key names the ensemble's version, not its steps'; so a
-captioner reloaded with new weights or code would keep answering old captions from the cache, and a Redis cache
-shared by replicas serving other weights would answer theirs. Hence no ``config.pbtxt`` enables the cache: it is
-turned on here, for each loaded ensemble, by loading the ensemble at a version number that is the repository's
-*revision* (a digest of every model folder's files and the step code they import, ``reload.ChangeWatch``'s view)
-with ``response_cache { enable: true }`` in a config override. A change anywhere makes a new revision, so old
-entries are never looked up again (the local cache's LRU lets them go); replicas with the same files agree on it.
-
-Only whole answers may be cached: the caption step refuses a request whose caption failed rather than answer an
-empty caption when it runs in a server that caches (``contract.RESPONSES_CACHED_ENV``, set by the launcher), and
-a caller names all of a cached ensemble's outputs or none (the key ignores which were asked for).
+and code that made it: each loaded ensemble is loaded at a version number that is the repository's *revision* (a
+digest of every model folder's files and the step code they import, ``reload.ChangeWatch``'s view) with
+``response_cache { enable: true }`` in a config override. Why (Triton's key ignores the steps' versions and never
+expires) and what else keeps the cache honest: docs/api.md, "Answers from the cache".
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ Linux only, as Triton is.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,30 +54,27 @@ def parse_stub(pid: int, arguments: list[str], state: str) -> Stub | None:
     return Stub(pid, model, instance, state) if instance else None
 
 
-def zombie_children(parent_pid: int, proc: Path = PROC) -> list[int]:
-    """The children of ``parent_pid`` that have exited and wait to be collected."""
-    found = []
+def _children(parent_pid: int, proc: Path) -> Iterator[tuple[Path, str]]:
+    """(its /proc folder, its state) for each child of ``parent_pid``, as they are now."""
     for pid_dir in proc.iterdir():
         stat = _stat(pid_dir) if pid_dir.name.isdigit() else None
-        if stat is not None and stat[1] == parent_pid and stat[0] in ZOMBIE:
-            found.append(int(pid_dir.name))
-    return found
+        if stat is not None and stat[1] == parent_pid:
+            yield pid_dir, stat[0]
+
+
+def zombie_children(parent_pid: int, proc: Path = PROC) -> list[int]:
+    """The children of ``parent_pid`` that have exited and wait to be collected."""
+    return [int(pid_dir.name) for pid_dir, state in _children(parent_pid, proc) if state in ZOMBIE]
 
 
 def stubs_of(server_pid: int, proc: Path = PROC) -> list[Stub]:
     """The stub processes whose parent is ``server_pid``, as they are now."""
     found = []
-    for pid_dir in proc.iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        stat = _stat(pid_dir)
-        if stat is None or stat[1] != server_pid:
-            continue
+    for pid_dir, state in _children(server_pid, proc):
         try:
             arguments = (pid_dir / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        stub = parse_stub(int(pid_dir.name), [a for a in arguments if a], stat[0])
-        if stub is not None:
+        if stub := parse_stub(int(pid_dir.name), [a for a in arguments if a], state):
             found.append(stub)
     return found
