@@ -12,17 +12,18 @@ from starlette.formparsers import MultiPartParser
 
 from food11_api.admission import AdaptiveLimit
 from food11_api.callers import CallerKeys
-from food11_api.dependencies import get_caller, get_client
+from food11_api.dependencies import get_caller
 from food11_api.errors import EXCEPTION_HANDLERS, UNAUTHORIZED
 from food11_api.extra_outputs import learn_extra_outputs, with_extra_outputs
 from food11_api.metrics import (
     METRICS_PATH,
     ModelAnswers,
+    ModelReadiness,
     Refusals,
+    ResponseCacheStats,
     instrument,
     observe_admission,
     observe_callers,
-    observe_step_health,
 )
 from food11_api.middleware import (
     AdmissionMiddleware,
@@ -32,13 +33,10 @@ from food11_api.middleware import (
     ServerTimingMiddleware,
     StepHealthMiddleware,
 )
-from food11_api.response_cache_stats import ResponseCacheStats
 from food11_api.routes import captioning, health, models, pages
 from food11_api.settings import ApiSettings
 from food11_api.step_health import StepHealth
 from food11_client import AsyncFood11Client
-
-__all__ = ["create_app", "get_client"]  # get_client: the dependency tests override
 
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
@@ -122,7 +120,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app.state.model_answers = ModelAnswers(registry)
     app.state.refusals = Refusals(registry)
     observe_admission(registry, app.state.admission)
-    observe_step_health(registry, app.state.step_health)
+    registry.register(ModelReadiness(app.state.step_health))
     app.state.response_cache_stats = ResponseCacheStats([settings.model_name, settings.classify_model_name])
     registry.register(app.state.response_cache_stats)
 

@@ -10,7 +10,6 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
-from food11_api.disconnect import CLIENT_CLOSED_REQUEST, ClientDisconnected
 from food11_api.middleware import error_response, over_capacity_response
 from food11_api.schemas import ErrorResponse
 from food11_client import (
@@ -26,6 +25,11 @@ log = logging.getLogger("food11_api")
 
 REQUEST_ID_EXAMPLE = "3f2b9c0d6e1a4b7c8d9e0f1a2b3c4d5e"
 STATUS_BY_ERROR = {InvalidImageError: 400, ServerUnavailableError: 503, DeadlineExceededError: 504}
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that closed the connection before the answer
+
+
+class ClientDisconnected(Exception):
+    """The HTTP client closed its connection while the pipeline was working for it."""
 
 
 def _error_doc(description: str, detail: str) -> dict:
@@ -77,39 +81,27 @@ def error_body(request: Request, status: int, detail: str) -> JSONResponse:
     return error_response(status, detail, request.state.request_id)
 
 
+def _where(request: Request) -> str:
+    return f"request {request.state.request_id}: {request.method} {request.url.path}"
+
+
 async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
     status = next((code for kind, code in STATUS_BY_ERROR.items() if isinstance(exc, kind)), 500)
     if isinstance(exc, OverloadedError):  # Triton's queue refused it: the same answer as our own cap
         request.app.state.refusals.count("triton")
         retry_after = request.app.state.admission.retry_after_s()
-        log.info(
-            "request %s: %s %s -> 503 (Triton over capacity): %s",
-            request.state.request_id,
-            request.method,
-            request.url.path,
-            exc,
-        )
+        log.info("%s -> 503 (Triton over capacity): %s", _where(request), exc)
         return over_capacity_response(str(exc), request.state.request_id, retry_after)
     if isinstance(exc, StepUnavailableError):  # a step's process died: the server's watchdog is healing it
         request.app.state.refusals.count("step_down")
         retry_after = request.app.state.settings.step_down_retry_after_s
-        log.warning(
-            "request %s: %s %s -> 503 (a step is healing): %s",
-            request.state.request_id,
-            request.method,
-            request.url.path,
-            exc,
-        )
-        return error_response(
-            503,
-            f"{exc}: the step is being restarted, retry later",
-            request.state.request_id,
-            **{"Retry-After": str(retry_after)},
-        )
+        log.warning("%s -> 503 (a step is healing): %s", _where(request), exc)
+        detail = f"{exc}: the step is being restarted, retry later"
+        return error_response(503, detail, request.state.request_id, **{"Retry-After": str(retry_after)})
     if isinstance(exc, DeadlineExceededError) and exc.still_running is not None:
         request.state.still_running = exc.still_running  # admission holds the request's place until it ends
     log_call = log.warning if status < 500 else log.error
-    log_call("request %s: %s %s -> %d: %s", request.state.request_id, request.method, request.url.path, status, exc)
+    log_call("%s -> %d: %s", _where(request), status, exc)
     return error_body(request, status, str(exc))
 
 
@@ -119,18 +111,12 @@ async def client_disconnected(request: Request, _exc: ClientDisconnected) -> Res
         if await request.app.state.client.cancels_calls()
         else "runs to its end (this Triton cannot cancel it safely) and its answer is dropped"
     )
-    log.info(
-        "request %s: %s %s: the client disconnected; its Triton call %s",
-        request.state.request_id,
-        request.method,
-        request.url.path,
-        fate,
-    )
+    log.info("%s: the client disconnected; its Triton call %s", _where(request), fate)
     return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; it is what logs and metrics count
 
 
 async def unexpected_error(request: Request, _exc: Exception) -> JSONResponse:
-    log.exception("request %s: %s %s -> 500", request.state.request_id, request.method, request.url.path)
+    log.exception("%s -> 500", _where(request))
     return error_body(request, 500, f"internal error (request id {request.state.request_id})")
 
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from helpers import post_photo
 
-from food11_api.app import get_client
+from food11_api.dependencies import get_client
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import free_ports
 

@@ -22,8 +22,9 @@ from fastapi import Request
 from helpers import post_photo
 
 from food11_api import callers
-from food11_api.app import create_app, get_client
+from food11_api.app import create_app
 from food11_api.callers import CallerKeys, CallerKeysError, presented_key
+from food11_api.dependencies import get_client
 from food11_api.settings import ApiSettings
 
 KEYS = {"alice": secrets.token_urlsafe(24), "bob": secrets.token_urlsafe(24)}

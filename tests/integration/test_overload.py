@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from fastapi import Request
 
-from food11_api.app import get_client
+from food11_api.dependencies import get_client
 from food11_client import Food11Client, OverloadedError, cli
 
 

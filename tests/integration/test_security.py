@@ -11,7 +11,7 @@ import pytest
 from helpers import APPLE
 from starlette.formparsers import MultiPartParser
 
-from food11_api.app import get_client
+from food11_api.dependencies import get_client
 
 
 def raw_request(port: int, head: bytes) -> str:
