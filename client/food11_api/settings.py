@@ -27,9 +27,7 @@ class ApiSettings(BaseSettings):
     classify_model_name: str = Field(DEFAULT_CLASSIFY_MODEL, description="the ensemble /classify calls")
     deadline_s: float = Field(60.0, gt=0, description="per-request deadline of the Triton call, seconds")
     max_upload_bytes: int = Field(10 * 1024 * 1024, gt=0, description="larger request bodies get 413")
-    # Admission (admission.py): as many captioning requests at once as the measured rate answers within
-    # this share of the deadline; the rest is the margin for the slowest of a batch, and for a machine that
-    # slows down (why 0.35: docs/reliability.md, "Overload").
+    # Admission (admission.py); the rest of the deadline is the margin (why 0.35: docs/reliability.md, "Overload").
     latency_target: float = Field(
         0.35, gt=0, lt=1, description="the share of the deadline admitted requests aim to be answered within"
     )
@@ -40,10 +38,7 @@ class ApiSettings(BaseSettings):
     retry_after_s: int = Field(
         RETRY_AFTER_S, ge=0, description="Retry-After of a 503 before any answer was measured; then the drain time"
     )
-    # Step health (step_health.py): Triton 2.51 does not notice a Python step's dead stub, and a watchdog heals
-    # it by unloading and loading the model; meanwhile Triton says it is not ready. The API asks that often
-    # whether every model the ensembles are built from is ready: /readyz reads the answer, and a request whose
-    # route needs a model that is not ready is refused at once.
+    # Step health (step_health.py): while the server's watchdog heals a step, Triton says its model is not ready.
     step_health_interval_s: float = Field(
         1.0,
         gt=0,
@@ -56,8 +51,7 @@ class ApiSettings(BaseSettings):
         description="Retry-After of a 503 for a request that needs a model that is not ready (a heal is an unload "
         "and a load: seconds to tens of seconds)",
     )
-    # Caller keys (callers.py): off by default, as the API listens on loopback only; on, every request but
-    # health, metrics and the docs needs a key, and each caller holds at most its share of the limit.
+    # Caller keys (callers.py): off by default, as the API listens on loopback only.
     keys_file: Path | None = Field(
         None,
         description="a file of caller keys, one a line (name:key, or a bare key; # comments), read at start-up: "

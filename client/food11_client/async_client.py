@@ -94,13 +94,6 @@ class AsyncFood11Client(Connection):
         with triton_errors():
             return wire.manifests_of(await self._client.infer(MANIFESTS_MODEL, [], client_timeout=self.timeout_s))
 
-    async def ensemble_steps(self) -> list[str]:
-        """The models this client's ensemble runs, from its configuration (open to every caller, unlike the
-        repository index, which is one of Triton's admin APIs: pipeline_src/serving/admin.py)."""
-        with triton_errors():
-            config = await self._client.get_model_config(self.model, as_json=True)
-        return [step["model_name"] for step in config["config"].get("ensemble_scheduling", {}).get("step", [])]
-
     async def model_config(self, name: str, timeout_s: float | None = None) -> dict:
         """One model's configuration, as Triton answers it in JSON (field names as in config.pbtxt)."""
         with triton_errors():

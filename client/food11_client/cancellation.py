@@ -1,15 +1,8 @@
-"""Whether a Triton server survives a cancelled call, and how to give up on a call without cancelling it.
+"""Whether a Triton server survives a cancelled call (docs/reliability.md, "Cancelling a call crashes Triton 2.51").
 
-Triton 2.51 (the server of the PyPI wheel ``nvidia-pytriton==0.7.0``, which ``make serve`` and the tests
-run) dies with SIGSEGV when a gRPC inference call is cancelled while its request is in flight: the gRPC
-frontend frees the call's state, then a step's response completes into it
-(triton-inference-server/server#7368 and #7877; fixed by #7840, released in 2.53 = 24.12). A deadline
-passing is a cancellation, and so is a channel closing under a call. Measured here (tiny stand-ins,
-tests/integration/test_client_cancellation.py): 8 rounds of 8 concurrent calls with deadlines from 3 to 100 ms crash it.
-
-So, against a server older than 2.53 the clients never cancel: a deadline ends the *wait*, the call runs
-to its end inside Triton and its answer is dropped, and closing a client first lets such calls finish.
-NVIDIA's image (Dockerfile.triton: 25.08 = 2.60) cancels for real, which frees Triton of abandoned work.
+Triton 2.51, the PyPI wheel's (``make serve``, the tests), dies with SIGSEGV when a gRPC call is cancelled in flight,
+and a deadline passing is a cancellation (fixed in 2.53). So against a server older than 2.53 the clients never
+cancel: a deadline ends the *wait*, the call runs to its end inside Triton and its answer is dropped.
 """
 
 from __future__ import annotations
@@ -26,10 +19,3 @@ def cancels_safely(server_version: str) -> bool:
     A version that does not parse counts as unsafe: giving up without cancelling is merely wasteful."""
     found = re.match(r"(\d+)\.(\d+)", server_version)
     return found is not None and (int(found[1]), int(found[2])) >= CANCELS_SAFELY_SINCE
-
-
-def gave_up(timeout_s: float, server_version: str) -> str:
-    return (
-        f"no answer within the deadline of {timeout_s:g} s; the call runs on inside Triton {server_version}, "
-        "which cannot cancel it safely (it is answered and dropped)"
-    )

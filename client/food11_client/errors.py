@@ -9,7 +9,6 @@ from contextlib import contextmanager
 
 from tritonclient.utils import InferenceServerException
 
-from food11_client.cancellation import gave_up
 from pipeline_src import contract
 from pipeline_src.contract import refused_under_load
 
@@ -87,5 +86,9 @@ def triton_errors(timeout_s: float | None = None, started: float | None = None) 
 
 
 def given_up(timeout_s: float, server_version: str) -> DeadlineExceededError:
-    """The error of a call whose deadline passed on a Triton that cannot cancel it: it runs on there."""
-    return DeadlineExceededError(gave_up(timeout_s, server_version), DEADLINE_EXCEEDED)
+    """The error of a call whose deadline passed on a Triton that cannot cancel it (cancellation.py): it runs on."""
+    return DeadlineExceededError(
+        f"no answer within the deadline of {timeout_s:g} s; the call runs on inside Triton {server_version}, "
+        "which cannot cancel it safely (it is answered and dropped)",
+        DEADLINE_EXCEEDED,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
@@ -20,11 +20,6 @@ class ServedModel:
     warning: str = ""  # a stand-in's, in plain words
 
 
-def warnings_of(models: tuple[ServedModel, ...]) -> list[str]:
-    """The models' warnings (a stand-in's words), each once."""
-    return list(dict.fromkeys(model.warning for model in models if model.warning))
-
-
 @dataclass(frozen=True)
 class OutputSpec:
     """An output the ensemble declares beyond the core contract (a step someone added), as Triton's model
@@ -35,8 +30,23 @@ class OutputSpec:
     shape: tuple[int, ...]  # one row's, without the batch dimension; -1: any size
 
 
+class _Answer:
+    """What every answer carries: the models that served it. Its subclasses are the dataclasses."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    models: tuple[ServedModel, ...]
+
+    @property
+    def warnings(self) -> list[str]:
+        """What a user must know about this answer (a stand-in's words), each once."""
+        return list(dict.fromkeys(model.warning for model in self.models if model.warning))
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "models": [asdict(model) for model in self.models], "warnings": self.warnings}
+
+
 @dataclass(frozen=True)
-class CaptionResult:
+class CaptionResult(_Answer):
     label: str
     probability: float
     caption: str
@@ -46,26 +56,11 @@ class CaptionResult:
     # (a one-element row as its value, others as lists; BYTES as text). Empty for the shipped ensemble.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
-    def warnings(self) -> list[str]:
-        """What a user must know about this answer (a stand-in's words), each once."""
-        return warnings_of(self.models)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "models": [asdict(model) for model in self.models], "warnings": self.warnings}
-
 
 @dataclass(frozen=True)
-class Classification:
+class Classification(_Answer):
     """A classify-only answer: the label and its probability, without a caption (nor its cost)."""
 
     label: str
     probability: float
     models: tuple[ServedModel, ...] = ()
-
-    @property
-    def warnings(self) -> list[str]:
-        return warnings_of(self.models)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "models": [asdict(model) for model in self.models], "warnings": self.warnings}

@@ -11,6 +11,7 @@ import logging
 from fastapi import APIRouter
 
 from food11_api.dependencies import Client
+from food11_api.ensemble_graph import steps_of
 from food11_api.errors import TRITON_DOWN
 from food11_api.schemas import ModelState
 from food11_client import AsyncFood11Client
@@ -28,8 +29,9 @@ router = APIRouter(tags=["health"])
     summary="The ensembles and the models they are built from, each with its state and its build's manifest",
 )
 async def models(client: Client) -> list[ModelState]:
-    steps, manifests = await asyncio.gather(client.ensemble_steps(), _manifests(client))
+    config, manifests = await asyncio.gather(client.model_config(client.model), _manifests(client))
     by_model = {manifest["model"]: manifest for manifest in manifests}
+    steps = [step.model for step in steps_of(config)]
     # The models with a manifest include the ones a step calls by BLS (the captioner), which no ensemble names.
     names = dict.fromkeys([client.model, client.classify_model, *steps, *by_model, MANIFESTS_MODEL])
     states = await asyncio.gather(*(client.model_state(name) for name in names))
