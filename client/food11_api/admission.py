@@ -1,31 +1,11 @@
-"""How many captioning requests the API lets in at once: a limit that follows the measured capacity.
+"""How many captioning requests the API lets in at once: a limit that follows the measured capacity
+(docs/reliability.md, "Overload": how it behaves, and why this rather than a gradient or AIMD library).
 
-Little's law on the answered requests: a request let in with ``n`` requests in flight (itself included)
-and answered ``W`` seconds later waited for those ``n`` to be served, so the pipeline serves about
-``n / W`` requests a second. Taken over recent answers as the ratio of the averages of ``n`` and ``W``, not
-as an average of each answer's ``n / W``: the answers of one batch waited unequally long, and the short
-waits inflate an average of ratios. That rate times the latency target (a share of the deadline) is how
-many requests can be in flight and still be answered within the target: the limit. No constant tuned on
-one machine is involved, so the same defaults hold on a slow CPU, a busy one and a GPU; the configured
-minimum and maximum are guard rails.
-
-``n`` counts the requests in flight when the request was let in, not those that came after it: those do
-not delay it, and counting them would read a burst as speed.
-
-Why this rather than a gradient or AIMD limiter on latency alone (Netflix's concurrency-limits, Envoy's
-adaptive concurrency): those look for the latency knee without knowing the deadline, and grow the limit one
-step per sample, which is minutes on a CPU that answers every few seconds. Here the deadline is known, and
-one batch of answers is enough to place the limit near where it belongs. No maintained Python library
-implements either (docs/reliability.md, "Overload").
-
-Idle time between requests is nobody's latency, so a quiet spell does not shrink the limit: a request alone
-is answered at the pipeline's own pace. A request that ran into the deadline counts with ``W`` the deadline:
-the estimate falls as soon as the machine slows. A request over the limit is refused at once, with
-``Retry-After`` the time the requests in flight take to drain at the measured rate.
-
-With caller keys (callers.py), one caller may hold at most its share of the limit,
-``max(1, floor(limit * caller_share))``: a caller that floods is refused past its share while the others'
-requests are still let in. The share follows the limit; a request without a caller (keys off) has none.
+Little's law on the answered requests: the pipeline serves about ``mean(n) / mean(W)`` requests a second (``n``
+the requests in flight when one was let in, itself included; ``W`` how long it took), and that rate times the
+latency target (a share of the deadline) is the limit, between the configured minimum and maximum. A ratio of
+averages, as the short waits of a batch inflate an average of ratios; ``n`` counted at admission, as counting
+later arrivals reads a burst as speed. With caller keys (callers.py) a caller holds at most its share.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""Who is calling: the caller keys an operator gives the API (``FOOD11_API_KEYS_FILE``), and the caller a
-request's key names.
-
-The file has one key a line, ``name:key`` or a bare key (named ``caller-<line>``); blank lines and lines
-starting with ``#`` are skipped, so a Kubernetes Secret mounted as a file works as it is. It is read once, at
-start-up: a file that is missing, unreadable, empty or malformed stops the API there (``CallerKeysError``)
-rather than leave it open or closed by surprise. Only each key's SHA-256 is kept.
-
-A request presents its key as ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``. It is compared with
-every known key in constant time (``hmac.compare_digest`` of fixed-length digests, every key, no early exit),
-so the time taken says neither which key nor how much of one matched. The caller's *name*, never its key,
-goes into logs and metrics.
+"""Who is calling: the caller keys an operator gives the API (``FOOD11_API_KEYS_FILE``; the file and how a key is
+checked: docs/api.md, "Caller keys"), and the caller a request's key names. A file that cannot be used stops the
+API at start-up (``CallerKeysError``) rather than leave it open or closed by surprise; only each key's SHA-256 is
+kept, compared in constant time with every one; the caller's *name*, never its key, goes into logs and metrics.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""Which models a call of an ensemble needs, read from configurations Triton opens to every caller.
-
-An ensemble's own config lists its steps and the tensors each reads and writes (``input_map``,
-``output_map``); a step's config names the models it calls by BLS in a parameter ``<role>_model`` (the
-settings field that its ``BLS_CALLS`` declare as ``callee_field``, pipeline_src/steps/bls.py:
-``caption_with_label``'s ``captioner_model``). From those, a call naming some outputs needs: the ensemble,
-the steps Triton runs for it, and the models those steps call. The API's classify call goes to an ensemble of
-its own (``contract.CLASSIFY_ENSEMBLE``: ``preprocess``, ``classifier``, ``label``); a call of a bigger ensemble
-naming only some outputs runs only the steps they need, as Triton leaves out the others (``pruned_steps``): a
+"""Which models a call of an ensemble needs, read from configurations Triton opens to every caller: the ensemble,
+the steps Triton runs for a call naming those outputs (its config's steps, less those ``pruned_steps`` says Triton
+leaves out: pipeline_src/ensemble_pruning.py, quirks included), and the models those steps call by BLS (a step's
+config parameter ``<role>_model``, the ``callee_field`` of its ``BLS_CALLS``: pipeline_src/steps/bls.py). So a
 call of ``food11_pipeline`` naming ``contract.CLASSIFY_OUTPUTS`` needs neither the vision encoder nor
-``caption_with_label`` nor the captioner.
-
-``pruned_steps`` is pipeline_src/ensemble_pruning.py's mirror of Triton's walk, quirks included (a step Triton
-keeps runs, and needs its model, whether or not the call needed it), the validator's too. Standard library only;
-no I/O (step_health.py asks Triton)."""
+``caption_with_label`` nor the captioner. Standard library only; no I/O (step_health.py asks Triton).
+"""
 
 from __future__ import annotations
 

@@ -1,25 +1,14 @@
 """Whether the models the API's calls need are ready in Triton: a monitor that looks about once a second,
-and what ``/readyz`` and admission read from its last look.
+and what ``/readyz`` and admission read from its last look (docs/api.md, "A model not ready").
 
-Triton 2.51 keeps a Python step READY when its stub process dies; a watchdog beside Triton heals such a
-step by unloading and loading it, and while it is unloaded Triton says it is not ready. Unloading an
-ensemble step unloads every ensemble that has it until the step is loaded again (measured on 2.51: then even
-a call that would skip that step gets NOT_FOUND); unloading the captioner, a BLS callee, leaves the ensemble
-READY, and each caption comes back empty with ``captioner_error``. The monitor asks Triton's open health API
-(``is_model_ready``) about every model the API's ensembles (the caption one, the classify one) are built from
-(ensemble_graph.py: their steps from their configs, the models those call by BLS from theirs); the repository
-index, which has each model's state and reason, is an admin API the API has no key for. Not the manifests
-``GET /models`` reads: they do not say which step calls a model, and they come from an inference call, which a
-deadline or a shutdown would cancel (a cancelled inference can crash Triton 2.51:
-food11_client/cancellation.py); the monitor makes no inference call and cancels none of its calls. ``/readyz``
-is 503 naming what is not ready; a request whose route needs a model that is not ready is refused at once
-(StepHealthMiddleware) rather than failed or answered without its caption, while a route that needs only
-ready models (``/classify`` while the captioner or the vision encoder heals) is still admitted. A change is
-seen within one interval (each way). Triton unreachable is no model's state: requests go on to fail at once as
-before (503).
-
-An ensemble's graph is read again when it was incomplete, every ``rediscover_s``, and whenever the ensemble
-comes back ready (a reload may have changed it)."""
+Triton 2.51 keeps a Python step READY when its stub dies; while the watchdog beside Triton heals it (an unload and
+a load), Triton says it is not ready. The monitor asks Triton's open health API (``is_model_ready``) about every
+model the API's ensembles are built from (ensemble_graph.py): the repository index is an admin API the API has no
+key for, and the manifests ``GET /models`` reads come from an inference call, which a deadline or a shutdown would
+cancel (a cancelled inference can crash Triton 2.51: food11_client/cancellation.py). An ensemble's graph is read
+again when it was incomplete, every ``rediscover_s``, and whenever the ensemble comes back ready (a reload may
+have changed it).
+"""
 
 from __future__ import annotations
 
