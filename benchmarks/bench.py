@@ -276,6 +276,10 @@ def offline_limit(repository: Path, photos: list[bytes], batches=(1, 2, 4, 8, 16
     }
 
 
+def check(target: str, goal: str, value: float, met: bool) -> dict:
+    return {"target": target, "goal": goal, "value": value, "met": met}
+
+
 def targets(
     rows: list[dict], api: list[dict], course: list[dict], soaked: dict, offline: dict, limit_rounds: list[dict]
 ) -> list[dict]:
@@ -290,86 +294,36 @@ def targets(
     checks = []
     if ensemble(1):
         ratio = ensemble(1)["p50_ms"] / offline["sum_step_ms_batch_1"]
-        checks.append(
-            {
-                "target": "orchestration: ensemble p50 at c=1 / sum of in-process steps at batch 1",
-                "goal": "<= 1.10",
-                "value": ratio,
-                "met": ratio <= 1.10,
-            }
-        )
+        target = "orchestration: ensemble p50 at c=1 / sum of in-process steps at batch 1"
+        checks.append(check(target, "<= 1.10", ratio, ratio <= 1.10))
     for concurrency in (8, 16):
         if ensemble(concurrency):
             ratio = ensemble(concurrency)["throughput"] / offline["best_img_per_s"]
-            checks.append(
-                {
-                    "target": f"limit: ensemble throughput at c={concurrency} / offline best batch",
-                    "goal": ">= 0.90",
-                    "value": ratio,
-                    "met": ratio >= 0.9,
-                }
-            )
+            target = f"limit: ensemble throughput at c={concurrency} / offline best batch"
+            checks.append(check(target, ">= 0.90", ratio, ratio >= 0.9))
     if limit_rounds:
         # Ratios of the rounds' sums: each round's served and in-process figures are minutes apart at most.
         def total(key: str) -> float:
             return sum(r[key] for r in limit_rounds)
 
         ratio = total("served_img_per_s") / total("in_process_img_per_s")
-        checks.append(
-            {
-                "target": f"limit: ensemble throughput at c=8 / in-process at batch 8 ({len(limit_rounds)} alternating "
-                "rounds)",
-                "goal": ">= 0.95",
-                "value": ratio,
-                "met": ratio >= 0.95,
-            }
-        )
+        target = f"limit: ensemble throughput at c=8 / in-process at batch 8 ({len(limit_rounds)} alternating rounds)"
+        checks.append(check(target, ">= 0.95", ratio, ratio >= 0.95))
         ratio = total("in_process_cpu_s_per_image") / total("served_cpu_s_per_image")
-        checks.append(
-            {
-                "target": "limit: CPU seconds per image, in-process at batch 8 / served at c=8 (the same rounds)",
-                "goal": ">= 0.95",
-                "value": ratio,
-                "met": ratio >= 0.95,
-            }
-        )
+        target = "limit: CPU seconds per image, in-process at batch 8 / served at c=8 (the same rounds)"
+        checks.append(check(target, ">= 0.95", ratio, ratio >= 0.95))
     if ensemble(8) and ensemble(1):
         ratio = ensemble(8)["throughput"] / ensemble(1)["throughput"]
-        checks.append(
-            {
-                "target": "scaling: ensemble throughput at c=8 / at c=1",
-                "goal": ">= 1",
-                "value": ratio,
-                "met": ratio >= 1,
-            }
-        )
+        checks.append(check("scaling: ensemble throughput at c=8 / at c=1", ">= 1", ratio, ratio >= 1))
     if at(api, 8) and at(course, 8):
         ratio = at(api, 8)["throughput"] / at(course, 8)["throughput"]
-        checks.append(
-            {
-                "target": "product API / course server throughput at c=8",
-                "goal": ">= 2",
-                "value": ratio,
-                "met": ratio >= 2,
-            }
-        )
-        checks.append(
-            {
-                "target": "product API p95 / course server p95 at c=8",
-                "goal": "< 1",
-                "value": at(api, 8)["p95_ms"] / at(course, 8)["p95_ms"],
-                "met": at(api, 8)["p95_ms"] < at(course, 8)["p95_ms"],
-            }
-        )
+        checks.append(check("product API / course server throughput at c=8", ">= 2", ratio, ratio >= 2))
+        ratio = at(api, 8)["p95_ms"] / at(course, 8)["p95_ms"]
+        checks.append(check("product API p95 / course server p95 at c=8", "< 1", ratio, ratio < 1))
     if soaked:
-        checks.append(
-            {
-                "target": f"memory: peak PSS growth over {soaked['seconds']:.0f} s at c={soaked['concurrency']}",
-                "goal": "<= 10 %",
-                "value": soaked["growth_peak_over_first"],
-                "met": soaked["growth_peak_over_first"] <= 0.10,
-            }
-        )
+        target = f"memory: peak PSS growth over {soaked['seconds']:.0f} s at c={soaked['concurrency']}"
+        growth = soaked["growth_peak_over_first"]
+        checks.append(check(target, "<= 10 %", growth, growth <= 0.10))
     return checks
 
 
