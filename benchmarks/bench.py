@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.lib.in_process import InProcessPipeline, best_seconds, step_settings
-from benchmarks.lib.load import latency_summary, run_load
+from benchmarks.lib.load import latency_summary, run_load, timed
 from benchmarks.lib.memory import MemorySampler, server_cpu_seconds, server_memory_mib
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.plots import latency_plot, step_split_plot, throughput_plot
@@ -193,13 +193,16 @@ async def drive_http(url: str, photos: list[bytes], levels: list[int], total: in
     rows = []
     async with httpx.AsyncClient(base_url=url, timeout=900) as http:
 
-        async def call(photo: bytes) -> None:
+        async def call(index: int) -> float:
+            photo = photos[index % len(photos)]
+            started = time.perf_counter()
             response = await http.post("/caption", files={"photo": ("photo.jpg", photo, "image/jpeg")})
             response.raise_for_status()
+            return time.perf_counter() - started
 
-        await run_load(call, photos, 2, 2)  # warm-up
+        await run_load(call, 2, 2)  # warm-up
         for concurrency in levels:
-            latencies, wall = await run_load(call, photos, concurrency, max(total, concurrency))
+            latencies, wall = await run_load(call, concurrency, max(total, concurrency))
             rows.append({"concurrency": concurrency, **latency_summary(latencies, wall)})
             print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -233,11 +236,10 @@ def soak(triton: TritonServer, photos: list[bytes], concurrency: int, seconds: f
 
     async def load() -> tuple:
         async with AsyncFood11Client(triton.grpc_url, timeout_s=900) as client:
-
-            async def call(photo: bytes) -> None:
-                await client.caption([photo])
-
-            return await run_load(call, photos, concurrency, 100_000, until=time.monotonic() + seconds)
+            until = time.monotonic() + seconds
+            return await run_load(
+                lambda i: timed(client.caption([photos[i % len(photos)]])), concurrency, 100_000, until
+            )
 
     with MemorySampler([triton.pid], every_s=10.0) as sampler:
         latencies, wall = asyncio.run(load())

@@ -31,13 +31,14 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 from benchmarks.lib.chaos_faults import KINDS, Burst, Injection, await_recovery, inject
-from benchmarks.lib.chaos_load import OK, UNANSWERED, WRONG, Load
 from benchmarks.lib.chaos_report import fault_figures, in_window, kind_summary, markdown
 from benchmarks.lib.chaos_serve import ECHOED, Served
+from benchmarks.lib.load import OK, UNANSWERED, WRONG, Outcome, correct_since, ground_truth, run_load, upload
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.results import RESULTS_DIR, parse_benchmark_args, portable_path, write_results
-from benchmarks.lib.soak import ground_truth
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.serving.serve import STOPPED_STUB_NOTE
 
@@ -83,16 +84,29 @@ def schedule(kinds: list[str], rounds: int, rng: random.Random) -> list[tuple[st
     return order
 
 
-async def run_faults(args, served: Served, photos: list[bytes]) -> tuple[Load, list[Injection], float, float]:
+async def run_faults(args, served: Served, photos: list[bytes]) -> tuple[list[Outcome], list[Injection], float]:
+    """Uploads without pause, each with the client deadline, while the faults come in turn: every upload's
+    outcome as it ends (the recovery waits read them), the injections, and when the load ended."""
     rng = random.Random(args.seed)
     truth = await ground_truth(served.grpc_url, photos)
-    load = Load(served.api_url, photos, truth, args.concurrency, args.deadline, args.retry_pause)
+    outcomes: list[Outcome] = []
+    stop = asyncio.Event()
+    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+    # httpx's own timeout is a backstop only: the deadline bounds the whole request.
+    http = httpx.AsyncClient(base_url=served.api_url, timeout=args.deadline + 30, limits=limits)
+
+    async def call(index: int) -> Outcome:
+        outcome = await upload(http, photos, truth, index, "chaos", args.deadline)
+        if outcome.verdict != OK:
+            await asyncio.sleep(args.retry_pause)  # as a client backing off would
+        return outcome
+
     load_started = time.monotonic()
-    running = asyncio.create_task(load.run())
+    running = asyncio.create_task(run_load(call, args.concurrency, stop=stop, into=outcomes))
     injections: list[Injection] = []
     try:
         await asyncio.sleep(args.warmup)
-        while load.correct_since(load_started) is None and time.monotonic() < load_started + args.cap:
+        while correct_since(outcomes, load_started) is None and time.monotonic() < load_started + args.cap:
             await asyncio.sleep(0.5)
         burst = Burst(args.burst_calls, args.burst_timeout_ms / 1000)
         for kind, round_ in schedule(args.kinds, args.rounds, rng):
@@ -105,18 +119,18 @@ async def run_faults(args, served: Served, photos: list[bytes]) -> tuple[Load, l
             if injection.skipped:
                 print(f"chaos: skipped: {injection.skipped}", flush=True)
                 continue
-            await await_recovery(injection, served, load, args.cap, args.gap)
+            await await_recovery(injection, served, outcomes, args.cap, args.gap)
     finally:
-        load.stop()
+        stop.set()
         await running
+        await http.aclose()
         for injection in injections:
             if injection.resume is not None:
                 await injection.resume
-    return load, injections, load_started, time.monotonic()
+    return outcomes, injections, time.monotonic()
 
 
-def summarize(args, load: Load, injections: list[Injection], started: float, ended: float) -> dict:
-    outcomes = load.outcomes
+def summarize(args, outcomes: list[Outcome], injections: list[Injection], started: float, ended: float) -> dict:
     injected = [injection for injection in injections if not injection.skipped]
     ends = {id(i): end for i, end in zip(injected, [i.at for i in injected[1:]] + [ended + args.deadline])}
     faults = [
@@ -189,10 +203,10 @@ def main(argv=None) -> None:
     try:
         served.wait_until_serving(args.ready_timeout)
         print(f"chaos: serve.py is serving ({served.api_url}); {args.rounds} round(s) of {len(args.kinds)} kinds")
-        load, injections, _, ended = asyncio.run(run_faults(args, served, photos))
+        outcomes, injections, ended = asyncio.run(run_faults(args, served, photos))
     finally:
         stopped = served.stop()
-    result = summarize(args, load, injections, started, ended)
+    result = summarize(args, outcomes, injections, started, ended)
     result["serve_lines"] = [
         {"at_s": line.at - started, "text": line.text} for line in served.lines if line.text.startswith(ECHOED)
     ]

@@ -33,12 +33,11 @@ import httpx
 import numpy as np
 
 from benchmarks.lib.cpu_quota import CpuQuota
-from benchmarks.lib.load import latency_summary
+from benchmarks.lib.load import OK, ground_truth, judge, latency_summary, run_load, timed
 from benchmarks.lib.memory import server_memory_mib
 from benchmarks.lib.percentiles import percentile
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.results import parse_benchmark_args, write_results
-from benchmarks.lib.soak import PROBABILITY_TOLERANCE, ground_truth
 from benchmarks.overload_report import markdown
 from food11_api.settings import ApiSettings
 from food11_client import AsyncFood11Client
@@ -132,19 +131,9 @@ def settle_s(samples: list[tuple[float, float, float]], start: float, end: float
 
 async def closed_loop(grpc_url: str, photos: list[bytes], concurrency: int, total: int) -> dict:
     """``total`` photos by ``concurrency`` callers straight to Triton, no deadline."""
-    latencies: list[float] = []
-    requests = iter(range(total))
     async with AsyncFood11Client(grpc_url) as client:
-
-        async def caller() -> None:
-            for index in requests:
-                started = time.perf_counter()
-                await client.caption([photos[index % len(photos)]])
-                latencies.append(time.perf_counter() - started)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(caller() for _ in range(concurrency)))
-        return {"concurrency": concurrency, **latency_summary(latencies, time.perf_counter() - started)}
+        latencies, wall = await run_load(lambda i: timed(client.caption([photos[i % len(photos)]])), concurrency, total)
+    return {"concurrency": concurrency, **latency_summary(latencies, wall)}
 
 
 async def capacity(grpc_url: str, photos: list[bytes]) -> dict:
@@ -176,13 +165,8 @@ async def offered_load(api_url: str, photos, truth, schedule: list[tuple[float, 
                 return
             outcome.update(status=response.status_code, latency_s=time.perf_counter() - started)
             if response.status_code == 200:
-                body, expected = response.json(), truth[photo]
-                right = (
-                    body["label"] == expected.label
-                    and body["caption"] == expected.caption
-                    and abs(body["probability"] - expected.probability) <= PROBABILITY_TOLERANCE
-                )
-                outcome["kind"] = "answered" if right else "wrong"
+                verdict, _, _ = judge(200, response.json(), "", "", truth[photo])  # sent without an X-Request-ID
+                outcome["kind"] = "answered" if verdict == OK else "wrong"
             elif response.status_code == 503 and response.json()["detail"].startswith(REFUSED_AT_THE_DOOR):
                 outcome.update(
                     kind="refused",

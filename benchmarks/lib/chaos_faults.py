@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from benchmarks.lib.chaos_load import Load, Outcome
 from benchmarks.lib.chaos_serve import API, TRITONSERVER, Line, Served
+from benchmarks.lib.load import Outcome, correct_since
 from pipeline_src.contract import ENSEMBLE
 
 STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
@@ -184,7 +184,9 @@ def took_triton_down(injection: Injection, served: Served) -> None:
         injection.notes.append(TRITON_ABORT_NOTE)
 
 
-async def await_recovery(injection: Injection, served: Served, load: Load, cap_s: float, gap_s: float) -> None:
+async def await_recovery(
+    injection: Injection, served: Served, outcomes: list[Outcome], cap_s: float, gap_s: float
+) -> None:
     """Until serve.py has said it saw and healed the fault (where it says so), a request sent after that was
     answered correctly, the stopped stub was sent SIGCONT, and ``gap_s`` passed quietly; at most ``cap_s``.
     After a cancelled burst, a crash is watched for ``CANCEL_WATCH_S`` (and, should it come later, within the gap)."""
@@ -205,7 +207,7 @@ async def await_recovery(injection: Injection, served: Served, load: Load, cap_s
             waiting_on_serve = now < watch_until
         since = injection.healed.at if injection.healed else max(injection.at, injection.quiet_from)
         if injection.recovered is None or injection.recovered.sent < since:
-            injection.recovered = None if waiting_on_serve else load.correct_since(since)
+            injection.recovered = None if waiting_on_serve else correct_since(outcomes, since)
         resumed = injection.resume is None or injection.resume.done()
         if injection.recovered is not None and resumed and not waiting_on_serve:
             settled_at = settled_at or now

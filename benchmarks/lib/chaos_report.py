@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from benchmarks.lib.chaos_faults import GRPC_CANCEL, STUB_KILL, STUB_STOP, TRITON_HEALED, TRITON_KILL, Injection
-from benchmarks.lib.chaos_load import FAILED, OK, UNANSWERED, WRONG, Outcome
+from benchmarks.lib.load import FAILED, OK, UNANSWERED, WRONG, Outcome
 from pipeline_src.profiling.report import markdown_table
 
 STUB_RECOVERY_S, API_RECOVERY_S, AFTER_RESTART_S = 30.0, 10.0, 30.0

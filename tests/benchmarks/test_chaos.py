@@ -15,10 +15,9 @@ import pytest
 
 from benchmarks.chaos import schedule
 from benchmarks.lib.chaos_faults import KINDS, STUB_KILL, TRITON_HEALED, TRITON_KILL, Injection, took_triton_down
-from benchmarks.lib.chaos_load import FAILED, OK, UNANSWERED, WRONG, Outcome, judge
 from benchmarks.lib.chaos_report import fault_figures, recovery_limit_s
 from benchmarks.lib.chaos_serve import Line, Served
-from benchmarks.lib.soak import Expected
+from benchmarks.lib.load import FAILED, OK, UNANSWERED, WRONG, Expected, Outcome, judge
 from pipeline_src import PROJECT_ROOT
 
 SHORT_RUN = ("stub-kill:captioner", "tritonserver-kill", "api-kill")

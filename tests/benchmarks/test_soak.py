@@ -5,8 +5,9 @@ import asyncio
 
 import pytest
 
+from benchmarks.lib.load import Expected, Outcome, judge
 from benchmarks.lib.photos import varied_photos
-from benchmarks.lib.soak import Expected, Outcome, check, soak
+from benchmarks.lib.soak import check, soak
 
 pytestmark = pytest.mark.integration
 
@@ -21,18 +22,24 @@ def test_concurrent_uploads_are_all_answered_each_with_its_own_photos_result(tri
     assert result["distinct_captions"] >= 6
 
 
+def answer(label: str, probability: float, caption: str) -> dict:
+    return {"label": label, "probability": probability, "caption": caption, "caption_status": "ok"}
+
+
 def test_the_check_catches_a_swapped_a_lost_and_a_failed_answer():
     truth = [Expected("Bread", 0.7, "a photo of bread, x"), Expected("Soup", 0.6, "a photo of soup, y")]
+    soup = answer("Soup", 0.6, "a photo of soup, y")
     outcomes = [
-        Outcome("soak-0", 0, 200, 0.1, "soak-0", "Soup", 0.6, "a photo of soup, y"),  # photo 1's for photo 0
-        Outcome("soak-1", 1, 503, 0.1, "soak-1", detail="down"),
+        Outcome("soak-0", 0, 0.0, 0.1, *judge(200, soup, "soak-0", "soak-0", truth[0])),  # photo 1's for photo 0
+        Outcome("soak-1", 1, 0.0, 0.1, *judge(503, {"detail": "down"}, "soak-1", "soak-1", truth[1])),
     ]
-    checks = check(outcomes, truth, sent=3)
+    checks = check(outcomes, sent=3)
     assert (len(checks.mismatched), len(checks.failed), checks.lost) == (1, 1, ["soak-2"])
     assert not checks.ok
 
 
 def test_the_check_catches_a_caption_that_belongs_to_another_photo():
     truth = [Expected("Bread", 0.7, "a photo of bread, x")]
-    right_label_wrong_caption = Outcome("soak-0", 0, 200, 0.1, "soak-0", "Bread", 0.7, "a photo of bread, z")
-    assert check([right_label_wrong_caption], truth, sent=1).mismatched
+    wrong_caption = judge(200, answer("Bread", 0.7, "a photo of bread, z"), "soak-0", "soak-0", truth[0])
+    right_label_wrong_caption = Outcome("soak-0", 0, 0.0, 0.1, *wrong_caption)
+    assert check([right_label_wrong_caption], sent=1).mismatched
