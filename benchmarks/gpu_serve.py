@@ -85,17 +85,7 @@ SCRATCH = PROJECT_ROOT / "build" / "gpu_serve"
 GPU_FIELDS = ("name", "driver_version", "memory.total")
 # What the figures depend on, recorded with them. ONNX Runtime: the version of the module imported (the device
 # tool's machine has both builds installed, one over the other).
-DISTRIBUTIONS = (
-    "numpy",
-    "pillow",
-    "tokenizers",
-    "torch",
-    "transformers",
-    "tritonclient",
-    "grpcio",
-    "protobuf",
-    "nvidia-pytriton",
-)
+DISTRIBUTIONS = "numpy pillow tokenizers torch transformers tritonclient grpcio protobuf nvidia-pytriton"
 MAX_ROWS = 32  # the ensemble's max_batch_size: the photos go in one request
 LOG_TAIL_BYTES = 8 * 2**20  # the end of Triton's log comes back with the results (where a failure is)
 # Triton's GPU metrics come from the DCGM it bundles, which nothing here reads and which has crashed servers.
@@ -201,7 +191,7 @@ def environment(has_gpu: bool) -> dict:
     import onnxruntime as ort
 
     versions = {}
-    for name in DISTRIBUTIONS:
+    for name in DISTRIBUTIONS.split():
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
     query = nvidia_smi(f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader") if has_gpu else ""

@@ -8,21 +8,6 @@ from collections.abc import Sequence
 from food11_api.settings import ApiSettings
 from pipeline_src.profiling.report import markdown_table
 
-COLUMNS = [
-    "offered",
-    "sent",
-    "answered",
-    "goodput / capacity",
-    "refused at the door",
-    "refusal p99 / max (ms)",
-    "of which in the API, max (ms)",
-    "Retry-After (s)",
-    "admitted, then failed",
-    "answered p50 / p99 (ms)",
-    "limit (min-max; settled)",
-    "settle (s)",
-]
-
 
 def table_row(row: dict) -> dict:
     """One level's or step's figures as the table's cells ("-" where there were none)."""
@@ -56,6 +41,7 @@ def machine_table(result: dict) -> str:
         f"c={run['concurrency']}: {run['throughput']:.3g}/s, p99 {run['p99_ms'] / 1000:.1f} s"
         for run in result["closed_loops"]
     )
+    rows = [table_row(row) for row in result["levels"] + result["steps"]]
     return markdown_table(
         f"{result['machine']}: {result['description']}",
         [
@@ -64,8 +50,8 @@ def machine_table(result: dict) -> str:
             "and per step.",
             f"Done when: {verdicts}.",
         ],
-        COLUMNS,
-        [table_row(row) for row in result["levels"] + result["steps"]],
+        list(rows[0]),
+        rows,
         level=2,
     )
 

@@ -102,20 +102,6 @@ def kind_summary(kind: str, faults: Sequence[dict]) -> dict:
     }
 
 
-KIND_COLUMNS = [
-    "fault",
-    "rounds",
-    "detected",
-    "detected in (max, s)",
-    "recovered in (max, s)",
-    "limit (s)",
-    "failed",
-    "wrong",
-    "unanswered",
-    "recovered within limit",
-]
-
-
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -125,7 +111,6 @@ def _statuses(failed: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    checks = result["checks"]
     paragraphs = [
         f"{result['repository']}. scripts/serve.py ({' '.join(result['serve_args']) or 'its defaults'}) under "
         f"{result['requests']} uploads through the API at concurrency {result['concurrency']} over "
@@ -139,34 +124,26 @@ def markdown(result: dict) -> str:
         "Unanswered: neither an answer nor an error within the client deadline.",
         "**All checks passed.**" if result["passed"] else "**FAILED**: " + "; ".join(result["failures"]),
     ]
+    kinds = [
+        {
+            "fault": k["kind"],
+            "rounds": k["rounds"],
+            "detected": f"{k['detected']} of {k['rounds']}",
+            "detected in (max, s)": _seconds(k["detected_s_max"]),
+            "recovered in (max, s)": _seconds(k["recovery_s_max"]),
+            "limit (s)": _seconds(k["limit_s_min"]),
+            "failed": _statuses(k["failed_by_status"]),
+            "wrong": k["wrong"],
+            "unanswered": k["unanswered"],
+            "recovered within limit": f"{k['recovered']} of {k['rounds']}",
+        }
+        for k in result["kinds"]
+    ]
     sections = [
         markdown_table(
-            "Chaos: faults injected while serving",
-            paragraphs,
-            ["check", "goal", "value"],
-            checks,
+            "Chaos: faults injected while serving", paragraphs, ["check", "goal", "value"], result["checks"]
         ),
-        markdown_table(
-            "Per fault kind",
-            [],
-            KIND_COLUMNS,
-            [
-                {
-                    "fault": k["kind"],
-                    "rounds": k["rounds"],
-                    "detected": f"{k['detected']} of {k['rounds']}",
-                    "detected in (max, s)": _seconds(k["detected_s_max"]),
-                    "recovered in (max, s)": _seconds(k["recovery_s_max"]),
-                    "limit (s)": _seconds(k["limit_s_min"]),
-                    "failed": _statuses(k["failed_by_status"]),
-                    "wrong": k["wrong"],
-                    "unanswered": k["unanswered"],
-                    "recovered within limit": f"{k['recovered']} of {k['rounds']}",
-                }
-                for k in result["kinds"]
-            ],
-            level=2,
-        ),
+        markdown_table("Per fault kind", [], list(kinds[0]), kinds, level=2),
     ]
     for kind in result["kinds"]:
         rows = [
