@@ -162,9 +162,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-# --- the machine ----------------------------------------------------------------------------------------------
-
-
 def nvidia_smi(*args: str) -> str:
     """nvidia-smi's output, "" where it is missing or fails (no GPU, no driver)."""
     try:
@@ -203,9 +200,6 @@ def environment(has_gpu: bool) -> dict:
         "python": platform.python_version(),
         "versions": versions,
     }
-
-
-# --- the stages -----------------------------------------------------------------------------------------------
 
 
 class Run:

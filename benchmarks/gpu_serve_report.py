@@ -40,9 +40,6 @@ _PROVIDERS = re.compile(
 )
 
 
-# --- the GPU, as nvidia-smi names it --------------------------------------------------------------------------
-
-
 def listed_gpus(listing: str) -> list[str]:
     """The GPUs ``nvidia-smi -L`` lists ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"), by name."""
     return re.findall(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$", listing, flags=re.MULTILINE)
@@ -57,9 +54,6 @@ def cuda_version(summary: str) -> str | None:
 def gpu_rows(query_csv: str, fields: Sequence[str]) -> list[dict[str, str]]:
     """``nvidia-smi --query-gpu=<fields> --format=csv,noheader``, one dict per GPU."""
     return [dict(zip(fields, (cell.strip() for cell in line.split(",")))) for line in query_csv.splitlines() if line]
-
-
-# --- where each step runs -------------------------------------------------------------------------------------
 
 
 def instance_devices(log: str) -> dict[str, list[str]]:
@@ -117,9 +111,6 @@ def placement(log: str, instance_groups: Mapping[str, Sequence[Mapping]]) -> dic
     return steps
 
 
-# --- served captions against Hugging Face ---------------------------------------------------------------------
-
-
 class Answer(Protocol):
     """What the comparison reads of a served answer (food11_client.CaptionResult has it)."""
 
@@ -166,9 +157,6 @@ def compare_captions(
         "differing": differing,
         "label_differs": labels,
     }
-
-
-# --- the issue's targets --------------------------------------------------------------------------------------
 
 
 def _row(rows: Sequence[Mapping], model: str, concurrency: int) -> Mapping | None:
@@ -239,8 +227,6 @@ def targets(rows: Sequence[Mapping], captions: Mapping[str, Mapping], fast: bool
         _identical(captions, "served captions identical to Hugging Face fp32 generate", "all", 1.0),
     ]
 
-
-# --- the markdown ---------------------------------------------------------------------------------------------
 
 PERF_COLUMNS = (
     *perf_analyzer.COLUMNS,

@@ -115,9 +115,6 @@ TRIMS = {
 }
 
 
-# --- what goes ------------------------------------------------------------------------------------------------
-
-
 def pip_download(specs: Sequence[str], directory: Path) -> None:
     """The cp312 manylinux wheels of ``specs``, without their dependencies (pip keeps those already there)."""
     platforms = [argument for platform in PLATFORMS for argument in ("--platform", platform)]
@@ -198,9 +195,6 @@ def write_sums(files_dir: Path) -> dict[str, str]:
     }
     (files_dir / SUMS).write_text("".join(f"{sha}  {name}\n" for name, sha in sums.items()))
     return sums
-
-
-# --- parts ----------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -295,9 +289,6 @@ def working_tree_bytes(root: Path = PROJECT_ROOT) -> int:
 
 def part_limit(tree_bytes: int) -> int:
     return min(MAX_PART_BYTES, CALL_BYTES - tree_bytes - MARGIN_BYTES)
-
-
-# --- the calls ------------------------------------------------------------------------------------------------
 
 
 def require_ignored(folder: Path = STAGE_DIR) -> None:
