@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
 
+from food11_client import CaptionResult
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE, CaptionStatus
 from pipeline_src.profiling import perf_analyzer
@@ -111,20 +111,7 @@ def placement(log: str, instance_groups: Mapping[str, Sequence[Mapping]]) -> dic
     return steps
 
 
-class Answer(Protocol):
-    """What the comparison reads of a served answer (food11_client.CaptionResult has it)."""
-
-    @property
-    def label(self) -> str: ...
-
-    @property
-    def caption(self) -> str: ...
-
-    @property
-    def caption_status(self) -> str: ...
-
-
-def reference_prompt(answer: Answer, template: str) -> str | None:
+def reference_prompt(answer: CaptionResult, template: str) -> str | None:
     """The prompt the BLS step captioned ``answer`` with: its served label's above the confidence threshold,
     none below; None where no caption was made (the captioner failed or timed out)."""
     if answer.caption_status == CaptionStatus.OK.value:
@@ -135,7 +122,7 @@ def reference_prompt(answer: Answer, template: str) -> str | None:
 
 
 def compare_captions(
-    served: Sequence[Answer], reference: Sequence[str | None], in_process_labels: Sequence[str]
+    served: Sequence[CaptionResult], reference: Sequence[str | None], in_process_labels: Sequence[str]
 ) -> dict:
     """Served captions against the reference (None: none could be made), photo by photo; and any photo whose
     served label is not the one the classifier gives in this process."""

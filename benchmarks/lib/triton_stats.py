@@ -7,9 +7,10 @@ import re
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 import tritonclient.grpc as grpcclient
+
+from pipeline_src.serving.launcher import TritonServer
 
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
@@ -128,16 +129,6 @@ def phase_figures(
     return row
 
 
-class Served(Protocol):
-    """A running server's addresses (pipeline_src.serving.launcher.TritonServer)."""
-
-    @property
-    def grpc_url(self) -> str: ...
-
-    @property
-    def metrics_url(self) -> str: ...
-
-
 @dataclass(frozen=True)
 class StepSnapshot:
     """Triton's per-model counters and the steps' own phase clocks at one moment."""
@@ -146,11 +137,11 @@ class StepSnapshot:
     phases: dict[tuple[str, str], dict[str, float]]
 
 
-def snapshot(server: Served) -> StepSnapshot:
+def snapshot(server: TritonServer) -> StepSnapshot:
     return StepSnapshot(model_counters(server.grpc_url), step_phases(server.metrics_url))
 
 
-def figures_since(server: Served, earlier: StepSnapshot) -> dict[str, float]:
+def figures_since(server: TritonServer, earlier: StepSnapshot) -> dict[str, float]:
     """Each step's batch, queue and compute (Triton's) and phases (its own clock) since ``earlier``, as columns."""
     steps = step_figures(counters_since(server.grpc_url, earlier.counters))
     return {**steps, **phase_figures(earlier.phases, step_phases(server.metrics_url))}
