@@ -45,7 +45,7 @@ from benchmarks.lib.results import (
     parse_benchmark_args,
     write_results,
 )
-from benchmarks.lib.triton_stats import figures_since, model_counters, snapshot
+from benchmarks.lib.triton_stats import STEPS, figures_since, model_counters, snapshot
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE
@@ -62,8 +62,6 @@ from pipeline_src.steps.settings import CaptionerSettings
 # The in-process baseline is the best of three runs: one run is a few seconds, and a shared VM's speed moves by 10 %
 # from one to the next.
 OFFLINE_REPEATS = 3
-
-STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

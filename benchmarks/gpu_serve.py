@@ -46,7 +46,6 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from benchmarks.gpu_serve_report import (
-    STEPS,
     compare_captions,
     cuda_version,
     gpu_rows,
@@ -68,7 +67,7 @@ from benchmarks.lib.results import (
     portable_path,
     write_results,
 )
-from benchmarks.lib.triton_stats import figures_since, snapshot
+from benchmarks.lib.triton_stats import STEPS, figures_since, snapshot
 from food11_client import CaptionResult, Food11Client
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE

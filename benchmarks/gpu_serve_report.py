@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from benchmarks.lib.triton_stats import STEPS
 from food11_client import CaptionResult
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.contract import ENSEMBLE, CaptionStatus
@@ -18,7 +19,6 @@ from pipeline_src.repository.loading import parse_config
 from pipeline_src.steps.captioning import CAPTIONER_PHASES
 from pipeline_src.steps.classification import build_prompt
 
-STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
 CUDA = "CUDAExecutionProvider"
 
 # The issue's targets (issue 24).
@@ -167,11 +167,8 @@ def _identical(captions: Mapping[str, Mapping], target: str, goal: str, share: f
 
 
 def _check(target: str, goal: str, value, met: bool | None) -> dict:
-    return {"target": target, "goal": goal, "value": "" if value is None else value, "met": _met(met)}
-
-
-def _met(met: bool | None) -> str:
-    return "not measured" if met is None else ("met" if met else "MISSED")
+    verdict = "not measured" if met is None else ("met" if met else "MISSED")
+    return {"target": target, "goal": goal, "value": "" if value is None else value, "met": verdict}
 
 
 def targets(rows: Sequence[Mapping], captions: Mapping[str, Mapping], fast: bool = False) -> list[dict]:

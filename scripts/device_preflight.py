@@ -90,12 +90,9 @@ def loadable(name: str) -> str | None:
 def libpython() -> Check:
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     beside = Path(libdir) / LIBPYTHON
-    if beside.exists():
-        return Check(f"{LIBPYTHON} (the Python backend stub links it)", True, str(beside))
-    found = loadable(LIBPYTHON)
-    if found:
-        return Check(f"{LIBPYTHON} (the Python backend stub links it)", True, found)
-    return Check(f"{LIBPYTHON} (the Python backend stub links it)", False, f"not in {libdir} nor the loader's cache")
+    found = str(beside) if beside.exists() else loadable(LIBPYTHON)
+    where = found or f"not in {libdir} nor the loader's cache"
+    return Check(f"{LIBPYTHON} (the Python backend stub links it)", found is not None, where)
 
 
 def system_libraries() -> list[Check]:

@@ -18,9 +18,9 @@ import psutil
 
 from benchmarks.lib.chaos_serve import API, TRITONSERVER, Line, Served
 from benchmarks.lib.load import Outcome, correct_since
+from benchmarks.lib.triton_stats import STEPS
 from pipeline_src.contract import ENSEMBLE
 
-STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
 STUB_KILL = "stub-kill:"
 TRITON_KILL, API_KILL, STUB_STOP, GRPC_CANCEL = "tritonserver-kill", "api-kill", "stub-stop", "grpc-cancel"
 KINDS = (*(STUB_KILL + step for step in STEPS), TRITON_KILL, API_KILL, STUB_STOP, GRPC_CANCEL)

@@ -160,15 +160,6 @@ class DirtyTree(SystemExit):
     """A benchmark's refusal to measure code no commit names (exit status 1, the reason on stderr)."""
 
 
-def add_allow_dirty_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--allow-dirty",
-        action="store_true",
-        help="measure even with uncommitted changes outside benchmarks/results/; the results "
-        "then say at the top that they name no commit",
-    )
-
-
 def require_clean_tree(allow_dirty: bool, root: Path = PROJECT_ROOT) -> Provenance:
     """At a benchmark's start: refuse a dirty tree unless ``allow_dirty`` (then say so and go on)."""
     provenance = collect_provenance(root)
@@ -184,7 +175,12 @@ def require_clean_tree(allow_dirty: bool, root: Path = PROJECT_ROOT) -> Provenan
 
 def parse_benchmark_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
     """A benchmark's arguments, ``--allow-dirty`` among them; refused at once on a dirty tree without it."""
-    add_allow_dirty_option(parser)
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="measure even with uncommitted changes outside benchmarks/results/; the results "
+        "then say at the top that they name no commit",
+    )
     args = parser.parse_args(argv)
     require_clean_tree(args.allow_dirty)
     return args

@@ -12,6 +12,8 @@ import tritonclient.grpc as grpcclient
 
 from pipeline_src.serving.launcher import TritonServer
 
+# The served pipeline's steps, in the order a request passes them.
+STEPS = ("preprocess", "classifier", "label", "vision_encoder", "caption_with_label", "captioner")
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
