@@ -1,21 +1,15 @@
 #!/usr/bin/env python3
-"""``make bench``: the pipeline profiled with perf_analyzer and measured against its baselines, in one run.
+"""``make bench``: the pipeline profiled with perf_analyzer and measured against its baselines, in one run
+(docs/performance.md, "Reading make bench's report"):
 
-1. perf_analyzer sweeps the ensemble and each step alone over concurrency levels (count windows: a
-   caption takes seconds here), with Triton's per-model statistics for each run: mean batch size per
-   step, queue and compute time per request.
-2. The same Python load generator drives the product's HTTP API and baseline (a), the course's way: one
-   FastAPI process doing everything in-process, fp32, one request at a time.
-3. A soak at fixed concurrency, sampling the memory of every server process (tritonserver and the
-   stubs).
-4. Baseline (b), the limit: the same steps in-process with no server, batched at the best batch size
-   (the best of three runs each), and each step's compute time at batch 1; and the ensemble at concurrency 8
-   against the in-process steps at batch 8 in alternating rounds, so that the machine's drift falls on both.
-   Beside each throughput, the CPU seconds an image took (served: tritonserver and its stubs), a ratio the
-   machine's speed of the moment moves less than throughput's.
-Same model files, same photos, same configuration as ``make serve``. Writes CSV, JSON, markdown and
-PNG plots under benchmarks/results/ (names from ``--name``). Not a test: nothing here asserts; the
-targets are computed and reported as met or missed.
+1. perf_analyzer on the ensemble and each step alone over concurrency levels, with Triton's per-step statistics.
+2. The product's HTTP API against baseline (a), the course's one-process FastAPI server, by one load generator.
+3. A soak at fixed concurrency, sampling the memory of tritonserver and its stubs.
+4. Baseline (b), the limit: the same steps in-process, no server, at the best batch size and, in alternating
+   rounds, against the ensemble at concurrency 8; beside each throughput, the CPU seconds an image took.
+
+Same model files, photos and configuration as ``make serve``. Writes CSV, JSON, markdown and PNG plots under
+benchmarks/results/ (``--name``). Nothing is asserted: each target is reported met or missed.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 #!/usr/bin/env python3
 """``make chaos``: faults injected into a running ``scripts/serve.py`` under load; does it heal itself?
+(docs/reliability.md, "Chaos").
 
-Starts scripts/serve.py (its supervisor and stub watchdog, ``--no-reload``) on free loopback ports, takes each
-photo's answer alone (straight to Triton), then sends uploads through the API without pause at
-``--concurrency`` (each with a client deadline, every answer checked against its own photo's) while faults are
-injected one after another in a seeded random order, at least ``--rounds`` of each kind: SIGKILL of one stub of
-each step (each step its own kind), SIGKILL of tritonserver, SIGKILL of the API, SIGSTOP of a stub for 20 s
-then SIGCONT, and a burst of gRPC calls straight to Triton cancelled in flight (which can crash Triton 2.51).
-After each fault it waits for recovery (serve.py's line that it healed the fault, then a correct answer to a
-request sent after it; at most ``--cap`` s) and a quiet ``--gap``.
-
-Per fault kind: time to detect (to serve.py's line saying it saw it), time to recover, requests failed by
-status, answered wrongly, unanswered, and whether serve.py still runs at the end; it is then stopped with
-SIGINT and no process of it may be left. Exit status 1 unless: 0 wrong, 0 unanswered, every fault recovered
-within its limit (30 s for a stub, tritonserver's measured restart + 30 s, 10 s for the API), serve.py
-running at the end and stopping on SIGINT (exit 0, or 1 with serve.py's note that Triton 2.51 waited on a
-stopped stub's unfinished unload). Figures: benchmarks/results/chaos.{md,json}.
-
-The API's in-flight limit is pinned to the concurrency (FOOD11_API_MIN/MAX_IN_FLIGHT, as ``make soak`` does):
-a refusal for capacity would be counted as a fault's failure.
+Uploads through the API without pause at ``--concurrency``, each with a client deadline and checked against its
+own photo's answer, while faults of every kind (``--kinds``, ``--rounds`` of each) come in a seeded random order,
+each after the last one's recovery and a quiet ``--gap``. Exit status 1 unless: 0 wrong, 0 unanswered, every
+fault recovered within its limit (30 s for a stub, tritonserver's measured restart + 30 s, 10 s for the API),
+serve.py running at the end and stopping on SIGINT with no process left over. Figures:
+benchmarks/results/chaos.{md,json}.
 """
 
 from __future__ import annotations
@@ -195,6 +184,8 @@ def add_checks(result: dict, scheduled: int, stopped, served: Served) -> None:
 def main(argv=None) -> None:
     args = parse_args(argv)
     photos = varied_photos(args.photos)
+    # The API's in-flight limit pinned to the concurrency, as make soak does: a refusal for capacity would count
+    # as a fault's failure.
     env = dict(
         os.environ, FOOD11_API_MIN_IN_FLIGHT=str(args.concurrency), FOOD11_API_MAX_IN_FLIGHT=str(args.concurrency)
     )

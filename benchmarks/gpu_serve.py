@@ -1,30 +1,14 @@
 #!/usr/bin/env python3
-"""The served pipeline measured on a GPU: ``python -m benchmarks.gpu_serve`` on a machine with an NVIDIA GPU
-(docs/gpu.md; issue 24).
+"""``make bench-gpu`` (``python -m benchmarks.gpu_serve``): the served pipeline measured on a GPU, stage by stage
+as docs/gpu.md ("Measure it") describes: the machine; where each step runs (Triton's config and log, each step's
+own ONNX Runtime providers); the photos through the ensemble, each caption against Hugging Face fp32 ``generate``
+(benchmarks/hf_reference.py, on ``REFERENCE_PYTHON``) and each label against the classifier run here;
+perf_analyzer on the ensembles and the classifier; the issue's targets, reported met or missed (not asserted).
 
-1. The machine: the GPU, its driver and CUDA (nvidia-smi), ONNX Runtime and its providers, the packages.
-   Without a GPU (``nvidia-smi -L`` lists none) it refuses to run, unless --allow-cpu.
-2. The real tritonserver on a built repository (``make models``; --build builds it first). The GPU steps'
-   instance_group names no kind, so Triton puts them on the GPU when it sees one: where each instance runs
-   is read back from Triton's config, its log, and each step's own log line naming its ONNX Runtime providers.
-3. The photos through the ensemble with the project's gRPC client, all in one request and each alone; each
-   caption against Hugging Face fp32 ``generate`` on the CPU, on the pixels the preprocess step's own code
-   makes and the prompt the BLS step builds from the served label; each served label against the classifier
-   run outside Triton. The reference runs in a process of its own (benchmarks/hf_reference.py), on
-   ``REFERENCE_PYTHON`` where that is set: an interpreter whose numpy, scipy and transformers agree.
-4. perf_analyzer on the ensemble at each --concurrency and on the classifier alone, with Triton's per-step
-   mean batch, queue and compute time.
-5. The issue's targets, reported met or missed (not asserted).
-
-Bounded in time: every call and subprocess has a timeout, and --deadline-s (or SIGTERM) ends the run through its
-``finally`` blocks, so the figures so far, the error and Triton's log are written whatever happens. The perf
-sweep is skipped when a step that should be on the GPU is not (its figures would be the CPU's), unless
---allow-cpu.
-
-Every stage saves what it has so far (a later one may crash on a GPU this has never run on): <name>.json and
-<name>.md, and the end of Triton's log, in $OUT (the device tool's folder) or benchmarks/results/.
-FOOD11_COMMIT names the commit, and wins over a copied tree's own .git (``abc1234+dirty``: a tree with
-uncommitted changes, which needs --allow-dirty).
+It refuses a machine without a GPU unless --allow-cpu. Every stage saves what it has so far (<name>.json,
+<name>.md and the end of Triton's log, in $OUT or benchmarks/results/): a later stage may crash on a GPU this
+has never run on, and --deadline-s or SIGTERM ends the run through every stage's cleanup. FOOD11_COMMIT names
+the commit of a copied tree (``abc1234+dirty``: uncommitted changes, which need --allow-dirty).
 """
 
 from __future__ import annotations

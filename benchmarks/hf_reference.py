@@ -9,10 +9,8 @@ REQUEST: ``{"snapshot": DIR, "pixels": FILE.npy, "prompts": [[ROW, PROMPT], ...]
 preprocess step's own code made them (the runner makes them). ANSWER: ``{"captions": [...]}``, one per
 (row, prompt), from ``BlipForConditionalGeneration`` fp32 on the CPU, one photo at a time.
 
-Its own process because its packages must agree with each other: where the steps' environment holds numpy 1.x
-(Triton 2.51's Python backend stub needs it) beside a torch, transformers and scipy built for numpy 2, the runner
-starts this with the interpreter whose packages are consistent (``REFERENCE_PYTHON``; docs/gpu.md). It imports
-torch, transformers and the project's captioning code only (no tritonclient, no ONNX Runtime session).
+Its own process, on ``REFERENCE_PYTHON``, because its packages must agree with each other (docs/gpu.md): it
+imports torch, transformers and the project's captioning code only (no tritonclient, no ONNX Runtime session).
 """
 
 from __future__ import annotations

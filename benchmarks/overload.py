@@ -1,20 +1,11 @@
 #!/usr/bin/env python3
-"""``make overload``: offered load from 1x to 10x capacity through the API, on three machines made here.
-
-Machines: ``this`` (the base stand-in that `make serve` serves, on this machine), ``slower`` (the same, with
-tritonserver, its stubs and the API held to ``--slower-cpus`` of one CPU by a cgroup quota: needs root) and
-``faster`` (the tiny stand-in). The API runs with its defaults on all three: nothing is tuned per machine.
-
-Per machine: tritonserver and the API on free loopback ports; each photo's answer alone (the truth, before
-any quota); capacity, the best closed-loop throughput straight to Triton at concurrency 2, 4 or 8 whose p99
-is within the API's deadline (the most this machine answers in time). Then, for each level, single-photo
-uploads at ``level x capacity`` per second (evenly spaced, open loop) for ``--seconds``: goodput (right
-answers per second), refusals at the door (503 from the API's limit) and how fast they came, requests
-admitted then refused or timed out (a Triton queue's 503, a 504, no answer at all), answered p50/p99, and the
-limit the API settled on (its /metrics, sampled twice a second). Then a step change, 10x -> 1x -> 10x without a
-pause, and how long the limit took to settle after each step.
-
-Figures to ``benchmarks/results/overload.{json,md}`` (the markdown: benchmarks/overload_report.py).
+"""``make overload``: offered load from 1x to 10x capacity through the API, on three machines made here
+(docs/reliability.md, "Overload"): ``this`` (the base stand-in), ``slower`` (the same, the servers held to
+``--slower-cpus`` of one CPU by a cgroup quota: needs root) and ``faster`` (the tiny stand-in), each with the
+API's defaults. Capacity: the best closed-loop throughput straight to Triton within the API's deadline. Each
+level: evenly spaced uploads (open loop) for ``--seconds``; then a step 10x -> 1x -> 10x. Reported: goodput,
+refusals at the door and their speed, admitted requests that failed, latency, and the API's limit and how fast
+it settled. Figures: ``benchmarks/results/overload.{json,md}`` (the markdown: benchmarks/overload_report.py).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 #!/usr/bin/env python3
-"""``make soak``: load and soak through the API on loopback, bounded in count.
-
-Starts tritonserver and the API on free loopback ports, takes each photo's answer alone (straight to
-Triton), then sends ``--requests`` uploads at ``--concurrency`` through the API and checks: zero failed,
-zero lost, every answer matched to its own photo by request id, label and probability, server memory
-(PSS of tritonserver, its stubs and the API) growing under 10 % after warm-up. Reports p50/p95/p99.
-Exit status 1 if a check fails. Figures: benchmarks/results/soak.{md,json}.
-
-By default it soaks a copy of the repository with the *tiny* BLIP stand-in, built once under build/soak/:
-it checks correctness under load, not caption speed (``make bench`` measures speed). ``--model-repository
-model_repository`` soaks what ``make serve`` serves.
+"""``make soak``: load and soak through the API on loopback, bounded in count (docs/reliability.md, "Load and
+soak"): ``--requests`` uploads at ``--concurrency``, checked for zero failed, zero lost, every answer its own
+photo's, and server memory growing under 10 % after warm-up. Exit status 1 if a check fails. Figures:
+benchmarks/results/soak.{md,json}. By default it soaks the *tiny* BLIP stand-in, built once under build/soak/
+(correctness under load, not speed); ``--model-repository model_repository`` soaks what ``make serve`` serves.
 """
 
 from __future__ import annotations
