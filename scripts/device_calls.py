@@ -1,12 +1,7 @@
-"""The GPU route's calls, in order (docs/gpu.md, "Staging for an air-gapped GPU box"): the staged parts, then
-the measured rounds, each its own call so that a round that fails leaves the others' figures, and the order is
-the value: the shipped exact mode first, then the fast mode, then the baseline commit (built there from its own
-tree).
-
-One part a call, each saying which parts have arrived on which machine (a cold machine between calls loses them);
-the first also checks the machine (scripts/device_preflight.py, stopping there on what is missing); the last joins
-and installs them, runs the CUDA smoke test and builds the model files (with the fast mode's fp16 twins) with the
-image's own Python. Every log and result lands in $OUT as it is written.
+"""The GPU route's calls, in order (docs/gpu.md, "Staging for an air-gapped GPU box", describes each): one a
+staged part, the first also checking the machine and the last installing, smoke-testing CUDA and building; then
+one a measured round, in order of value (the exact mode, the fast mode, the baseline commit), so that a round
+that fails leaves the others' figures. Every log and result lands in $OUT as it is written.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 #!/usr/bin/env python3
-"""ONNX Runtime on CUDA, without torch, in the environment the steps run in (docs/gpu.md):
+"""ONNX Runtime on CUDA, without torch, in the environment the steps run in, as a step's process does it
+(docs/gpu.md):
 
     python scripts/device_cuda_smoke.py
 
-As a step's process does it, in order: ``preload_dlls`` (the CUDA 13 and cuDNN libraries from the nvidia-*
-wheels), the CUDA provider's library loaded by hand (so a missing dependency is named, not swallowed into a CPU
-fallback), then a one-node graph on ``CUDAExecutionProvider`` whose session must keep CUDA first and give the
-CPU's answer. Exits 1 at the first failure, saying which.
+Exits 1 at the first failure, saying which: a missing library is named, not swallowed into a CPU fallback.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 #!/usr/bin/env python3
-"""What the GPU run needs from the machine itself, checked before anything is installed (docs/gpu.md):
+"""What the GPU run needs from the machine itself, checked before anything is installed (docs/gpu.md lists the
+checks):
 
     python3 scripts/device_preflight.py        # the image's own Python, standard library only
 
 One line per check, ``ok`` or ``MISSING`` with what it found; exits 1 when a check the run cannot do without
-fails, so the calls stop at the first one rather than at a server that never starts. Checks: a GPU and its
-driver; the shared libpython the Triton Python backend stub links (Ubuntu's libpython3.12t64); the
-system libraries perf_analyzer links; the CUDA 13 and cuDNN libraries ONNX Runtime loads; /dev/shm and /tmp
-room; and, to know which reference the run can make, the image's numpy, scipy, scikit-learn, torch,
-transformers and onnx.
+fails, so the calls stop at the first one rather than at a server that never starts.
 """
 
 from __future__ import annotations

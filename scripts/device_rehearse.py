@@ -1,16 +1,12 @@
 #!/usr/bin/env python3
 """The device calls scripts/device_stage.py prints, command for command, here on the CPU: a rehearsal of the GPU
-route before a GPU machine is lent (docs/gpu.md, "Rehearsing without a GPU").
+route before a GPU machine is lent (docs/gpu.md, "Rehearsing without a GPU", says how to make the stand-in).
 
     .venv/bin/python scripts/device_stage.py                  # stage the parts (once per commit)
     .venv/bin/python scripts/device_rehearse.py --image-python /tmp/image-python/bin/python
 
-``--image-python``: a Python 3.12 standing in for the device image's (numpy 2, torch, transformers, onnx,
-scipy, scikit-learn, scikit-image, a CPU ONNX Runtime; docs/gpu.md says how to make one). Each call runs in
-this checkout as the device runs it: that Python first on PATH, the call's carried part in place, ``OUT`` a
-fresh folder of its own (the files that come back), the machine's scratch folders in /tmp emptied first.
-Only ``FOOD11_ALLOW_CPU=1`` differs, so that the preflight and the runner go on without a GPU. Prints each
-call's exit status, time and files, and exits non-zero if a call failed.
+Each call runs in this checkout as the device runs it, but with ``FOOD11_ALLOW_CPU=1``; prints each call's exit
+status, time and files, and exits non-zero if a call failed.
 """
 
 from __future__ import annotations

