@@ -32,13 +32,7 @@ from benchmarks.lib.load import latency_summary, run_load, timed
 from benchmarks.lib.memory import MemorySampler, server_cpu_seconds, server_memory_mib
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.plots import latency_plot, step_split_plot, throughput_plot
-from benchmarks.lib.results import (
-    RESULTS_DIR,
-    Provenance,
-    collect_provenance,
-    parse_benchmark_args,
-    write_results,
-)
+from benchmarks.lib.results import RESULTS_DIR, Provenance, collect_provenance, parse_benchmark_args, write_results
 from benchmarks.lib.triton_stats import STEPS, figures_since, model_counters, snapshot
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
@@ -203,15 +197,7 @@ async def drive_http(url: str, photos: list[bytes], levels: list[int], total: in
 def course_baseline(repository: Path, photos: list[bytes], args) -> list[dict]:
     port = free_port()
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.lib.course_server",
-            "--repository",
-            str(repository),
-            "--port",
-            str(port),
-        ]
+        [sys.executable, "-m", "benchmarks.lib.course_server", "--repository", str(repository), "--port", str(port)]
     )
     try:
         wait_for_http(process, f"http://127.0.0.1:{port}/healthz", 300, "the course-style server")

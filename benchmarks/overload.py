@@ -270,15 +270,7 @@ def measure_machine(machine: Machine, repository: Path, levels, seconds) -> dict
         measured = asyncio.run(capacity(triton.grpc_url, photos))
         print(json.dumps({"machine": machine.name, **measured}), flush=True)
         rows, steps, samples = asyncio.run(
-            sweep(
-                api.url,
-                (triton.pid, api.process.pid),
-                photos,
-                truth,
-                measured["capacity_per_s"],
-                levels,
-                seconds,
-            )
+            sweep(api.url, (triton.pid, api.process.pid), photos, truth, measured["capacity_per_s"], levels, seconds)
         )
     result = {"machine": machine.name, "description": machine.description, **measured}
     result.update(levels=rows, steps=steps, limit_samples=samples, seconds=seconds)
