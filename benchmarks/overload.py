@@ -17,6 +17,7 @@ import json
 import logging
 import statistics
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,38 +55,28 @@ class Machine:
     cpus: float | None = None  # a CPU quota for the servers; None: the whole machine
 
 
-class LimitWatch:
-    """The API's admission gauges, sampled from /metrics: (seconds since start, limit, in flight)."""
+@contextlib.asynccontextmanager
+async def watching_the_limit(api_url: str) -> AsyncIterator[list[tuple[float, float, float]]]:
+    """The API's admission gauges, sampled from /metrics while the block runs: (seconds since its start, limit,
+    in flight)."""
+    samples: list[tuple[float, float, float]] = []
+    started = time.perf_counter()
 
-    def __init__(self, api_url: str):
-        self.api_url = api_url
-        self.samples: list[tuple[float, float, float]] = []
-        self._task: asyncio.Task | None = None
-        self.started = time.perf_counter()
-
-    async def _watch(self) -> None:
-        async with httpx.AsyncClient(base_url=self.api_url, timeout=10) as http:
+    async def watch() -> None:
+        async with httpx.AsyncClient(base_url=api_url, timeout=10) as http:
             while True:
                 gauges = parse_gauges((await http.get("/metrics")).text)
-                self.samples.append(
-                    (
-                        time.perf_counter() - self.started,
-                        gauges["food11_admission_limit"],
-                        gauges["food11_requests_in_flight"],
-                    )
-                )
+                limit, in_flight = gauges["food11_admission_limit"], gauges["food11_requests_in_flight"]
+                samples.append((time.perf_counter() - started, limit, in_flight))
                 await asyncio.sleep(SAMPLE_EVERY_S)
 
-    async def __aenter__(self) -> LimitWatch:
-        self.started = time.perf_counter()
-        self._task = asyncio.ensure_future(self._watch())
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        assert self._task is not None
-        self._task.cancel()
+    task = asyncio.ensure_future(watch())
+    try:
+        yield samples
+    finally:
+        task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+            await task
 
 
 def server_timing_ms(header: str) -> float | None:
@@ -142,7 +133,7 @@ async def offered_load(api_url: str, photos, truth, schedule: list[tuple[float, 
     outcomes: list[dict] = []
     async with (
         httpx.AsyncClient(base_url=api_url, timeout=DEADLINE_S + 30, limits=limits) as http,
-        LimitWatch(api_url) as watch,
+        watching_the_limit(api_url) as samples,
     ):
 
         async def one(index: int, phase: int) -> None:
@@ -177,7 +168,7 @@ async def offered_load(api_url: str, photos, truth, schedule: list[tuple[float, 
                 index += 1
             phase_start += seconds
         await asyncio.gather(*tasks)
-    return outcomes, watch.samples
+    return outcomes, samples
 
 
 def summary(outcomes: list[dict], seconds: float, capacity_per_s: float) -> dict:
