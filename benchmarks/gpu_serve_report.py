@@ -175,39 +175,23 @@ def targets(rows: Sequence[Mapping], captions: Mapping[str, Mapping], fast: bool
     """Each target met, missed, or not measured (its concurrency not run, or its run failed). ``captions``:
     a ``compare_captions`` result per way the photos were sent. ``fast``: the captioner's fast mode, held to its
     own targets (throughput at 64, and captions identical to the exact path's, which are Hugging Face fp32's)."""
+    prefix, levels = ("fast mode: ", FAST_IMG_PER_S_AT) if fast else ("", IMG_PER_S_AT)
+    throughput = [
+        _throughput(rows, ENSEMBLE, level, goal, f"{prefix}ensemble throughput at concurrency {level}", "img/s")
+        for level, goal in levels.items()
+    ]
     if fast:
-        return [
-            *(
-                _throughput(
-                    rows, ENSEMBLE, level, goal, f"fast mode: ensemble throughput at concurrency {level}", "img/s"
-                )
-                for level, goal in FAST_IMG_PER_S_AT.items()
-            ),
-            _identical(
-                captions,
-                "fast mode: captions identical to the exact path's (Hugging Face fp32 generate)",
-                f">= {FAST_MIN_IDENTICAL:.0%}",
-                FAST_MIN_IDENTICAL,
-            ),
-        ]
+        identical = "fast mode: captions identical to the exact path's (Hugging Face fp32 generate)"
+        return [*throughput, _identical(captions, identical, f">= {FAST_MIN_IDENTICAL:.0%}", FAST_MIN_IDENTICAL)]
     at_one = _row(rows, ENSEMBLE, 1)
     p50 = at_one["p50_ms"] if at_one else None
+    classifier = f"classifier throughput at concurrency {CLASSIFIER_CONCURRENCY}"
     return [
         _check(
             "ensemble p50 at concurrency 1", f"<= {P50_AT_1_MS:g} ms", p50, None if p50 is None else p50 <= P50_AT_1_MS
         ),
-        *(
-            _throughput(rows, ENSEMBLE, level, goal, f"ensemble throughput at concurrency {level}", "img/s")
-            for level, goal in IMG_PER_S_AT.items()
-        ),
-        _throughput(
-            rows,
-            "classifier",
-            CLASSIFIER_CONCURRENCY,
-            CLASSIFIER_INFER_PER_S,
-            f"classifier throughput at concurrency {CLASSIFIER_CONCURRENCY}",
-            "infer/s",
-        ),
+        *throughput,
+        _throughput(rows, "classifier", CLASSIFIER_CONCURRENCY, CLASSIFIER_INFER_PER_S, classifier, "infer/s"),
         _identical(captions, "served captions identical to Hugging Face fp32 generate", "all", 1.0),
     ]
 
