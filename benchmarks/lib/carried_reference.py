@@ -1,10 +1,8 @@
 """Hugging Face fp32 reference captions made ahead on another machine and carried to the GPU box with the staged
-files (docs/gpu.md), so that its scarce minutes measure rather than recompute them.
-
-Each caption is keyed by everything that makes it: BLIP's weights (the snapshot's weight files), the photo's
-pixels as the preprocess step made them, the prompt and the generation settings. Where a key differs there (the
-snapshot built anew differs, another Pillow resized a photo differently), that caption is not found and is computed
-there as before: a carried reference can only save time, never stand for another one.
+files (docs/gpu.md), so that its scarce minutes measure rather than recompute them. Each is keyed by everything
+that makes it (BLIP's weight files, the photo's pixels as the preprocess step made them, the prompt, the
+generation settings): where a key differs there, that caption is computed there, so a carried reference can only
+save time, never stand for another one.
 """
 
 from __future__ import annotations
