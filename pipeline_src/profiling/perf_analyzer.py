@@ -31,6 +31,8 @@ TOOL_DIR = Path(sys.prefix) / "opt" / "perf_analyzer"  # in the virtualenv, apar
 TOOL_WHEELS = ("tritonclient==2.50.0", "nvidia-cuda-runtime-cu12==12.9.79")
 LOCAL_LIBB64 = TOOL_DIR / "libb64"  # where a non-root install unpacks the Debian package
 LIBB64_PACKAGE = "libb64-0d"
+BINARY = TOOL_DIR / "bin" / "perf_analyzer"
+CUDART = TOOL_DIR / "nvidia" / "cuda_runtime" / "lib"
 
 
 INCLUDE_CACHE_HITS = "--include-cache-hits"
@@ -41,17 +43,15 @@ class PerfAnalyzerMissing(RuntimeError):
 
 
 def binary() -> Path:
-    path = TOOL_DIR / "bin" / "perf_analyzer"
-    if not path.exists():
-        raise PerfAnalyzerMissing(f"{path} is missing: food11-perf-analyzer --install (or make perf-analyzer)")
-    return path
+    if not BINARY.exists():
+        raise PerfAnalyzerMissing(f"{BINARY} is missing: food11-perf-analyzer --install (or make perf-analyzer)")
+    return BINARY
 
 
 def _cudart_dir() -> Path:
-    path = TOOL_DIR / "nvidia" / "cuda_runtime" / "lib"
-    if not path.is_dir():
-        raise PerfAnalyzerMissing(f"{path} is missing: food11-perf-analyzer --install (or make perf-analyzer)")
-    return path
+    if not CUDART.is_dir():
+        raise PerfAnalyzerMissing(f"{CUDART} is missing: food11-perf-analyzer --install (or make perf-analyzer)")
+    return CUDART
 
 
 def _local_libb64_dirs() -> list[Path]:
@@ -76,23 +76,10 @@ def command(*args: str) -> list[str]:
 
 def install_tool() -> None:
     """The two wheels unpacked into TOOL_DIR, without dependencies (only their binaries run)."""
-    if (TOOL_DIR / "bin" / "perf_analyzer").exists() and (TOOL_DIR / "nvidia" / "cuda_runtime" / "lib").is_dir():
+    if BINARY.exists() and CUDART.is_dir():
         return
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--upgrade",
-            "--target",
-            str(TOOL_DIR),
-            *TOOL_WHEELS,
-        ],
-        check=True,
-    )
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target", str(TOOL_DIR)]
+    subprocess.run([*pip, *TOOL_WHEELS], check=True)
 
 
 def install_libb64() -> None:
@@ -131,15 +118,8 @@ class Measurement:
     def from_csv(cls, model: str, path: Path) -> Measurement:
         with open(path, newline="") as handle:
             row = next(csv.DictReader(handle))
-        ms = {
-            key: float(row[column]) / 1000.0
-            for key, column in (
-                ("p50_ms", "p50 latency"),
-                ("p95_ms", "p95 latency"),
-                ("p99_ms", "p99 latency"),
-                ("mean_ms", "Avg latency"),
-            )
-        }
+        columns = {"p50_ms": "p50 latency", "p95_ms": "p95 latency", "p99_ms": "p99 latency", "mean_ms": "Avg latency"}
+        ms = {key: float(row[column]) / 1000.0 for key, column in columns.items()}
         return cls(model, int(row["Concurrency"]), float(row["Inferences/Second"]), **ms)
 
 
@@ -212,7 +192,6 @@ def measure(
     csv_path: Path,
     requests_per_window: int = 16,
     stability_percentage: int = 10,
-    max_trials: int = 10,
     bls_composing: Sequence[str] = (),
     timeout_s: float | None = None,
 ) -> Measurement:
@@ -224,29 +203,10 @@ def measure(
     config = served_config(model, grpc_url)
     if answers_from_cache(config):
         raise PerfAnalyzerFailed(cached_model_refusal(model))
-    args = [
-        "-m",
-        model,
-        "-u",
-        grpc_url,
-        "-i",
-        "grpc",
-        "--input-data",
-        str(input_data),
-        "--concurrency-range",
-        f"{concurrency}:{concurrency}",
-        "--measurement-mode",
-        "count_windows",
-        "--measurement-request-count",
-        str(requests_per_window),
-        "--stability-percentage",
-        str(stability_percentage),
-        "--max-trials",
-        str(max_trials),
-        "-f",
-        str(csv_path),
-        "--verbose-csv",
-    ]
+    args = ["-m", model, "-u", grpc_url, "-i", "grpc", "--input-data", str(input_data), "-f", str(csv_path)]
+    args += ["--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "count_windows"]
+    args += ["--measurement-request-count", str(requests_per_window), "--max-trials", "10", "--verbose-csv"]
+    args += ["--stability-percentage", str(stability_percentage)]
     if bls_composing:
         args.append(f"--bls-composing-models={','.join(bls_composing)}")
     if decoupled(config):
@@ -278,25 +238,15 @@ def measure_stably(
 ) -> tuple[Measurement, int]:
     """perf_analyzer's default stability (three windows within 10 %), loosened once if a slow, batching
     model does not settle; the bound that held is reported with the figures."""
-    try:
-        return measure(
-            model,
-            grpc_url,
-            input_data,
-            concurrency,
-            csv_path,
-            window,
-            10,
-            bls_composing=bls_composing,
-            timeout_s=timeout_s,
-        ), 10
-    except PerfAnalyzerFailed as exc:
-        if "stable measurement" not in str(exc):
-            raise
-    print(f"{model} at concurrency {concurrency}: not stable within 10 %, retrying within 25 %", flush=True)
-    return measure(
-        model, grpc_url, input_data, concurrency, csv_path, window, 25, bls_composing=bls_composing, timeout_s=timeout_s
-    ), 25
+    where = (model, grpc_url, input_data, concurrency, csv_path, window)
+    for bound in (10, 25):
+        try:
+            return measure(*where, bound, bls_composing, timeout_s), bound
+        except PerfAnalyzerFailed as exc:
+            if bound == 25 or "stable measurement" not in str(exc):
+                raise
+        print(f"{model} at concurrency {concurrency}: not stable within 10 %, retrying within 25 %", flush=True)
+    raise AssertionError("unreachable: the last bound returns or raises")
 
 
 def main(argv=None) -> None:
