@@ -6,28 +6,23 @@ tensors its inputs can take), ``onnx_file`` does the same for a step that is an 
 ``cli`` is the command line, whose ``--help`` describes the whole tool.
 """
 
-from pipeline_src.repository.scaffold.cli import DEFAULT_REPOSITORY, DEFAULT_TESTS_DIR, main
-from pipeline_src.repository.scaffold.files import create_step, plan_files, with_configuration_rows
-from pipeline_src.repository.scaffold.onnx_file import OnnxFileSpec, create_onnx_step, plan_onnx_files, read_spec
-from pipeline_src.repository.scaffold.spec import Layout, ScaffoldError, StepSpec, Tensor, parse_dims
-from pipeline_src.repository.scaffold.wiring import ensemble_tensors, next_steps
+from pipeline_src.repository.scaffold.cli import DEFAULT_TESTS_DIR, main
+from pipeline_src.repository.scaffold.files import create_step, plan_files
+from pipeline_src.repository.scaffold.onnx_file import create_onnx_step, plan_onnx_files, read_spec
+from pipeline_src.repository.scaffold.spec import Layout, ScaffoldError, StepSpec, Tensor
+from pipeline_src.repository.scaffold.wiring import next_steps
 
 __all__ = [
-    "DEFAULT_REPOSITORY",
     "DEFAULT_TESTS_DIR",
     "Layout",
-    "OnnxFileSpec",
     "ScaffoldError",
     "StepSpec",
     "Tensor",
     "create_onnx_step",
     "create_step",
-    "ensemble_tensors",
     "main",
     "next_steps",
-    "parse_dims",
     "plan_files",
     "plan_onnx_files",
     "read_spec",
-    "with_configuration_rows",
 ]

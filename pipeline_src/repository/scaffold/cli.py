@@ -73,10 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("name", help="the step's name: a Python identifier, new to the repository (e.g. top_labels)")
     parser.add_argument(
-        "--repository",
-        type=Path,
-        default=DEFAULT_REPOSITORY,
-        help="the model repository (default: %(default)s)",
+        "--repository", type=Path, default=DEFAULT_REPOSITORY, help="the model repository (default: %(default)s)"
     )
     place = parser.add_mutually_exclusive_group()
     place.add_argument(
@@ -173,34 +170,16 @@ def configuration_doc_beside(repository: Path) -> Path | None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     doc = None if args.no_docs else configuration_doc_beside(args.repository)
-    if args.onnx:
-        new_onnx_step(args, Layout(args.repository, args.tests_dir, configuration_doc=doc))
-        return
-    if args.self_contained:
-        layout = Layout(args.repository, args.tests_dir, configuration_doc=doc)
-    else:
-        layout = Layout(
-            args.repository,
-            args.tests_dir,
-            args.source_dir or PROJECT_ROOT / "pipeline_src" / "steps",
-            args.package or DEFAULT_PACKAGE,
-            configuration_doc=doc,
-        )
+    in_package = not (args.onnx or args.self_contained)  # else no logic module, or one in the model's folder
+    source_dir = (args.source_dir or PROJECT_ROOT / "pipeline_src" / "steps") if in_package else None
+    layout = Layout(args.repository, args.tests_dir, source_dir, args.package or DEFAULT_PACKAGE, configuration_doc=doc)
     try:
-        spec = spec_from_args(args)
-        created = create_step(spec, layout)
+        if args.onnx:  # the step is the file (pipeline_src.repository.scaffold.onnx_file)
+            onnx_spec = read_spec(args.name, args.onnx, args.max_batch_size, args.instances)
+            print(onnx_next_steps(onnx_spec, layout, create_onnx_step(onnx_spec, layout)))
+        else:
+            spec = spec_from_args(args)
+            print(next_steps(spec, layout, create_step(spec, layout)))
     except ScaffoldError as exc:
         print(f"food11-new-step: {exc}", file=sys.stderr)
         sys.exit(2)
-    print(next_steps(spec, layout, created))
-
-
-def new_onnx_step(args: argparse.Namespace, layout: Layout) -> None:
-    """``--onnx FILE``: the step is the file (pipeline_src.repository.scaffold.onnx_file)."""
-    try:
-        spec = read_spec(args.name, args.onnx, args.max_batch_size, args.instances)
-        created = create_onnx_step(spec, layout)
-    except ScaffoldError as exc:
-        print(f"food11-new-step: {exc}", file=sys.stderr)
-        sys.exit(2)
-    print(onnx_next_steps(spec, layout, created))

@@ -4,7 +4,7 @@ names it, gets a row per setting of the new step."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -76,20 +76,29 @@ def plan_files(spec: StepSpec, layout: Layout) -> dict[Path, str]:
 def create_step(spec: StepSpec, layout: Layout) -> list[Path]:
     """Write the new step's files; refuses (ScaffoldError, nothing written) a bad name or one that exists."""
     files = plan_files(spec, layout)
-    model_dir = layout.model_dir(spec.name)
-    if model_dir.exists():
-        raise ScaffoldError(f"model {spec.name!r} exists already: {model_dir}")
-    taken = [path for path in files if path.exists() and path != layout.configuration_doc]
-    if taken:
-        raise ScaffoldError(f"step {spec.name!r}: {', '.join(map(str, taken))} exist(s) already")
     if layout.source_dir is not None and not (layout.source_dir / "__init__.py").is_file():
         raise ScaffoldError(
             f"{layout.source_dir} is not a package directory (no __init__.py), so "
             f"{layout.module(spec.name)} would not import"
         )
+    return write_new_files(spec.name, files, layout)
+
+
+def write_new_files(name: str, files: Mapping[Path, str | bytes], layout: Layout) -> list[Path]:
+    """Writes step ``name``'s ``files``; refuses (ScaffoldError, nothing written) where its model folder or any of
+    them but the docs page exists already, or the repository does not."""
+    model_dir = layout.model_dir(name)
+    if model_dir.exists():
+        raise ScaffoldError(f"model {name!r} exists already: {model_dir}")
+    taken = [path for path in files if path.exists() and path != layout.configuration_doc]
+    if taken:
+        raise ScaffoldError(f"step {name!r}: {', '.join(map(str, taken))} exist(s) already")
     if not layout.repository.is_dir():
         raise ScaffoldError(f"no model repository at {layout.repository}")
-    for path, text in files.items():
+    for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
     return list(files)

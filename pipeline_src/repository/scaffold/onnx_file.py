@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2
 from pipeline_src.provenance.manifest import MANIFEST_FILE, Manifest
 from pipeline_src.provenance.model_source import SOURCE_RECORD, USER_KIND, ModelSource, recorded_source
 from pipeline_src.repository.onnx_io import ONNX_TO_TRITON
-from pipeline_src.repository.scaffold.files import plan_configuration_rows
+from pipeline_src.repository.scaffold.files import plan_configuration_rows, write_new_files
 from pipeline_src.repository.scaffold.render import LINE_LENGTH, _config_tensors, _imports, _relative, render
 from pipeline_src.repository.scaffold.spec import NUMERIC_TYPES, Layout, ScaffoldError, StepSpec, Tensor
 from pipeline_src.steps.settings import OnnxFileSettings
@@ -182,18 +182,4 @@ def plan_onnx_files(spec: OnnxFileSpec, layout: Layout) -> dict[Path, str | byte
 
 def create_onnx_step(spec: OnnxFileSpec, layout: Layout) -> list[Path]:
     """Write the step's files; refuses (ScaffoldError, nothing written) a name or test that exists."""
-    files = plan_onnx_files(spec, layout)
-    model_dir = layout.model_dir(spec.name)
-    if model_dir.exists():
-        raise ScaffoldError(f"model {spec.name!r} exists already: {model_dir}")
-    if layout.test_file(spec.name).exists():
-        raise ScaffoldError(f"step {spec.name!r}: {layout.test_file(spec.name)} exists already")
-    if not layout.repository.is_dir():
-        raise ScaffoldError(f"no model repository at {layout.repository}")
-    for path, content in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
-    return list(files)
+    return write_new_files(spec.name, plan_onnx_files(spec, layout), layout)

@@ -67,11 +67,7 @@ class Tensor:
         is ``data_type`` and ``dims``."""
         name, _, rest = text.partition(":")
         type_text, _, dims_part = rest.partition(":")
-        return cls(
-            name,
-            wire_type(type_text) if type_text else data_type,
-            parse_dims(dims_part) if dims_part else dims,
-        )
+        return cls(name, wire_type(type_text) if type_text else data_type, parse_dims(dims_part) if dims_part else dims)
 
     @property
     def config_type(self) -> str:

@@ -54,10 +54,7 @@ def ensemble_tensors(repository: Path) -> list[tuple[str, str, str, str]]:
 
 def _wiring_hint(spec: StepSpec, layout: Layout) -> list[str]:
     available = ensemble_tensors(layout.repository)
-    lines = [
-        f'     model_name: "{spec.name}"',
-        "     model_version: -1",
-    ]
+    lines = [f'     model_name: "{spec.name}"', "     model_version: -1"]
     for tensor in spec.inputs:
         wanted = f"{tensor.config_type} {dims_text(tensor.dims)}"
         matches = [f"{value} ({ensemble}: {source})" for ensemble, value, source, kind in available if kind == wanted]
