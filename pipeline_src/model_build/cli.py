@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
-from pipeline_src.model_build import user_models
 from pipeline_src.provenance import staleness
-from pipeline_src.provenance.manifest import MANIFEST_FILE
+from pipeline_src.provenance.manifest import MANIFEST_FILE, file_sha256, read_manifest, verify, write_manifest
+from pipeline_src.provenance.model_source import SOURCE_RECORD, USER_KIND, ModelSource, source_path
 
 log = logging.getLogger("build_models")
 
@@ -160,8 +160,36 @@ def build(args: argparse.Namespace) -> None:
     build_classifier(args, classifier)
     build_captioner(args, captioner)
     # Model files of yours (food11-new-step --onnx): git-ignored, so copied again from their recorded source.
-    for line in user_models.copy_user_models(args.repository, args.force):
+    for line in copy_user_models(args.repository, args.force):
         print(line)
+
+
+def copy_user_models(repository: Path, force: bool = False) -> list[str]:
+    """Model files of yours (``food11-new-step NAME --onnx FILE``): each model folder with a ``model_source.json``
+    names the file its version folder serves and where it came from. The file is git-ignored, so it is copied from
+    there again where it is missing, differs or ``force``, and its manifest (kind ``user``) written, through which
+    every answer's ``MODELS`` names it; a missing source keeps a copy its manifest still describes. One line each,
+    to print."""
+    lines = []
+    for record in sorted(Path(repository).glob(f"*/{SOURCE_RECORD}")):
+        model, recorded = record.parent.name, ModelSource.read(record)
+        version_dir = record.parent / recorded.version
+        target, source = version_dir / recorded.file, source_path(recorded.source, Path(repository))
+        if not source.is_file():
+            kept = target.is_file() and read_manifest(version_dir) is not None and not verify(version_dir)
+            lines.append(
+                f"{model}: kept {target}, its source {source} is missing"
+                if kept
+                else f"{model}: MISSING {target}: its source {source} is missing (put the file there, or record "
+                f"another in {record})"
+            )
+            continue
+        if force or not target.is_file() or file_sha256(target) != file_sha256(source):
+            version_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+        manifest = write_manifest(version_dir, model, USER_KIND, recorded.source, [target])
+        lines.append(f"{model}: {target} from {recorded.source}, manifest {manifest.kind} {manifest.sha256[:16]}")
+    return lines
 
 
 def main(argv=None) -> None:

@@ -1,6 +1,6 @@
 """Where a model file of yours came from: ``model_source.json``, which ``food11-new-step NAME --onnx FILE``
 writes beside the step's config.pbtxt (committed) and ``make models`` reads to copy the file (git-ignored) into
-its version folder again (pipeline_src.model_build.user_models)."""
+its version folder again (pipeline_src.model_build.cli.copy_user_models)."""
 
 from __future__ import annotations
 

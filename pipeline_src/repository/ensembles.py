@@ -7,10 +7,11 @@ dims lack the batch dimension)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pipeline_src.ensemble_pruning import Step, ensemble_outputs_read, starved_calls
-from pipeline_src.repository.graphs import find_cycles
 from pipeline_src.repository.loading import ModelEntry
 from pipeline_src.repository.report import Report
 from pipeline_src.repository.tensors import (
@@ -53,6 +54,37 @@ def check_ensemble_nesting(models: dict[str, ModelEntry], report: Report) -> Non
 
 def _listed(names) -> str:
     return ", ".join(f"'{name}'" for name in names) or "none"
+
+
+Node = TypeVar("Node", int, str)  # a step's number, a model's name: sortable, for a stable report
+
+
+def find_cycles(edges: Mapping[Node, Iterable[Node]]) -> list[list[Node]]:
+    """One cycle per group of nodes that reach each other (self-loops included), as the list of its
+    nodes in edge order; nodes are visited in sorted order so the report is stable."""
+    found: list[list[Node]] = []
+    groups: list[set[Node]] = []
+    state: dict[Node, str] = {}  # node -> "open" while on the current path, "done" after
+    path: list[Node] = []
+
+    def visit(node: Node) -> None:
+        state[node] = "open"
+        path.append(node)
+        for successor in sorted(edges.get(node, ())):
+            if state.get(successor) == "open":
+                cycle = path[path.index(successor) :]
+                if not any(set(cycle) <= group or group <= set(cycle) for group in groups):
+                    groups.append(set(cycle))
+                    found.append(cycle)
+            elif successor not in state:
+                visit(successor)
+        path.pop()
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    return found
 
 
 class _EnsembleCheck:

@@ -17,7 +17,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from pipeline_src import PROJECT_ROOT
+from tritonclient.grpc import model_config_pb2
+
+from pipeline_src import PROJECT_ROOT, contract
 from pipeline_src.repository.bls_calls import check_bls_calls
 from pipeline_src.repository.ensembles import check_ensemble, check_ensemble_nesting
 from pipeline_src.repository.loading import ModelEntry, load_models
@@ -32,7 +34,6 @@ from pipeline_src.repository.model_files import (
 from pipeline_src.repository.onnx_io import check_onnx_io
 from pipeline_src.repository.report import Problem, Report, Severity
 from pipeline_src.repository.step_settings import check_settings
-from pipeline_src.repository.wire_contract import check_wire_contract
 from pipeline_src.steps.settings import StepSettings
 
 __all__ = ["Problem", "Report", "Severity", "main", "validate_repository"]
@@ -42,6 +43,12 @@ REPOSITORY_LABEL = "<repository>"  # Problem.model of problems with the reposito
 # config: the names of its inputs and of its outputs (a tuple of names, or a dict keyed by them, as
 # food11-new-step writes them). answer_stacked refuses an output the config does not declare, at run time.
 DECLARED_TENSORS = (("INPUTS", "input"), ("OUTPUTS", "output"))
+# The wire contract (pipeline_src/contract.py): by ensemble, the tensors of contract.CONFIG_TYPES that its callers
+# send and read, named and typed as every client reads them. Outputs beyond them are the repository's to add.
+CONTRACTS = {
+    contract.ENSEMBLE: tuple(contract.CONFIG_TYPES),
+    contract.CLASSIFY_ENSEMBLE: (contract.IMAGE, *contract.CLASSIFY_OUTPUTS),
+}
 
 
 def validate_repository(path: Path | str, config_name: str | None = None) -> Report:
@@ -114,6 +121,33 @@ def check_declared_tensors(entry: ModelEntry, settings: StepSettings, report: Re
                 f"{where} {' and '.join(differences)}: the step's {kind}s in its code and in config.pbtxt must be "
                 f"the same names (the config's: {_listed(configured)})",
             )
+
+
+def check_wire_contract(models: dict[str, ModelEntry], report: Report) -> None:
+    for ensemble, names in CONTRACTS.items():
+        entry = models.get(ensemble)
+        if entry is None or entry.config is None:  # not here (a repository of one's own), or reported
+            continue
+        config = entry.parsed_config
+        declared = {
+            tensor.name: (model_config_pb2.DataType.Name(tensor.data_type), tuple(tensor.dims))
+            for tensor in (*config.input, *config.output)
+        }
+        for name in names:
+            data_type, dims = contract.CONFIG_TYPES[name]
+            if name not in declared:
+                report.error(
+                    entry.name,
+                    f"declares no {name}: it is part of the wire contract every client reads "
+                    "(pipeline_src/contract.py); add outputs beside the core ones, but keep these",
+                )
+            elif declared[name] != (data_type, dims):
+                got_type, got_dims = declared[name]
+                report.error(
+                    entry.name,
+                    f"{name} is {got_type} {list(got_dims)}, the wire contract's is {data_type} {list(dims)} "
+                    "(pipeline_src/contract.py): every client reads it so",
+                )
 
 
 def _listed(names: Iterable[str]) -> str:

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from pipeline_src.model_build.user_models import copy_user_models
+from pipeline_src.model_build.cli import copy_user_models
 from pipeline_src.provenance.manifest import read_manifest, verify
 from pipeline_src.provenance.model_source import ModelSource, recorded_source
 from pipeline_src.provenance.served import served_identity
