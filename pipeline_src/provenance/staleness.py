@@ -80,33 +80,14 @@ def decide(model: str, built: Manifest | None, present: bool, wanted: Origin | N
     return Decision(model, False, f"already built from {wanted.source}")
 
 
-@dataclass(frozen=True)
-class ModelPaths:
-    """Where the build puts what each decision looks at."""
-
-    repository: Path
-
-    @property
-    def classifier_onnx(self) -> Path:
-        return self.repository / "classifier" / "1" / "model.onnx"
-
-    @property
-    def blip_snapshot(self) -> Path:
-        return self.repository / "captioner" / "1" / "blip"
-
-    @property
-    def captioner_dir(self) -> Path:
-        return self.repository / "captioner" / "1"
-
-
 def classifier_decision(repository: Path, checkpoint: str | Path | None, force: bool = False) -> Decision:
-    paths = ModelPaths(repository)
-    built = read_manifest(paths.classifier_onnx.parent)
-    return decide("classifier", built, paths.classifier_onnx.is_file(), wanted_classifier(checkpoint), force)
+    version_dir = repository / "classifier" / "1"
+    present = (version_dir / "model.onnx").is_file()
+    return decide("classifier", read_manifest(version_dir), present, wanted_classifier(checkpoint), force)
 
 
 def captioner_decision(repository: Path, blip: str | None, standin_size: str, force: bool = False) -> Decision:
     """The captioner's manifest stands for the vision encoder's too: one build writes both from one snapshot."""
-    paths = ModelPaths(repository)
-    present = (paths.blip_snapshot / "config.json").is_file()
-    return decide("captioner", read_manifest(paths.captioner_dir), present, wanted_blip(blip, standin_size), force)
+    version_dir = repository / "captioner" / "1"
+    present = (version_dir / "blip" / "config.json").is_file()
+    return decide("captioner", read_manifest(version_dir), present, wanted_blip(blip, standin_size), force)
