@@ -7,24 +7,10 @@ from pathlib import Path
 from pipeline_src.repository.loading import ModelEntry
 from pipeline_src.repository.report import Report
 from pipeline_src.repository.tensors import ANY, data_type_name
+from pipeline_src.steps.onnx_contract import ORT_TO_TRITON
 
-# ONNX TensorProto element type names -> config.pbtxt data types.
-ONNX_TO_TRITON = {
-    "FLOAT": "TYPE_FP32",
-    "FLOAT16": "TYPE_FP16",
-    "BFLOAT16": "TYPE_BF16",
-    "DOUBLE": "TYPE_FP64",
-    "INT8": "TYPE_INT8",
-    "INT16": "TYPE_INT16",
-    "INT32": "TYPE_INT32",
-    "INT64": "TYPE_INT64",
-    "UINT8": "TYPE_UINT8",
-    "UINT16": "TYPE_UINT16",
-    "UINT32": "TYPE_UINT32",
-    "UINT64": "TYPE_UINT64",
-    "BOOL": "TYPE_BOOL",
-    "STRING": "TYPE_STRING",
-}
+# ONNX TensorProto element type names -> config.pbtxt data types: ONNX Runtime's "tensor(float)" as "FLOAT".
+ONNX_TO_TRITON = {name[len("tensor(") : -1].upper(): data_type for name, data_type in ORT_TO_TRITON.items()}
 
 
 def check_onnx_io(entry: ModelEntry, onnx_path: Path, report: Report) -> None:
