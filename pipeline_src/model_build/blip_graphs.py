@@ -8,6 +8,7 @@ minutes more on a CPU) have their fidelity measured with everything else in fp32
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator
@@ -81,7 +82,7 @@ def build(snapshot: Path, paths: GraphPaths, int8: bool = False, fast: bool = Fa
         stale.unlink(missing_ok=True)
     blip = BlipForConditionalGeneration.from_pretrained(str(snapshot)).eval()
     shape = blip_onnx.export_graphs(blip, paths.text_dir, paths.vision)
-    (paths.text_dir / DECODER_SHAPE_FILE).write_text(json.dumps(shape.as_dict(), indent=2) + "\n")
+    (paths.text_dir / DECODER_SHAPE_FILE).write_text(json.dumps(dataclasses.asdict(shape), indent=2) + "\n")
     yield f"exported {paths.vision}, {', '.join(path.name for path in paths.text_graphs)} in {paths.text_dir}"
 
     for graph in (paths.vision, *paths.text_graphs):

@@ -16,17 +16,12 @@
   ``next_seen``: the greedy choice after Hugging Face's repetition penalty, fed back), and ``present_key.N,
   present_value.N`` (the past with the new tokens written in, same shape).
 
-The greedy loop stays on the device: each step's outputs are the next step's inputs, so the host reads only
-``next_ids`` (a token per row) and never the logits, which only the build's fidelity check binds.
-
-Fixed slots rather than a cache that grows by a token per step: every step of a caption has the same
-shapes (what CUDA graphs need to replay a step), and a step copies no more than a growing cache's
-concatenation did. Slots per row (each row its own cache positions) let rows at different points of their
-captions share a step. The caller gives the slots' ids and the first step's bias (a few bytes), so that nothing
-in the graph derives values from shapes: on a GPU that would mean nodes on the CPU and copies to the device.
-
-One tensor per layer rather than one stacked over the layers: each layer would otherwise slice (copy) its
-part of the stack at every token (docs/performance.md, "Why the code is as it is", says how much).
+Why so (docs/performance.md, "How the captioner is built and checked" and "Memory and the stand-ins", with the
+figures): the greedy loop stays on the device, so the host reads only ``next_ids``, never the logits (only the
+build's fidelity check binds them); fixed slots give every step of a caption the same shapes, for CUDA graphs, and
+slots per row let rows at different points of their captions share a step; the caller gives the slots' ids and the
+first step's bias, so that nothing in the graph derives values from shapes (on a GPU: CPU nodes, copies); one cache
+tensor per layer, as a stacked one would be sliced (copied) by each layer at every token.
 
 The modules below reuse Hugging Face's layers (embeddings, projections, layer norms, feed-forward, LM
 head) and spell out only the attention over the cache, with the same operations in the same order as
@@ -36,7 +31,7 @@ head) and spell out only the attention over the cache, with the same operations 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -63,19 +58,6 @@ VISION_INPUT, VISION_OUTPUT = "pixel_values", IMAGE_EMBEDS
 # The decoder step's inputs and outputs beside the caches, in order (pipeline_src.steps.text_decoder binds them).
 TOKEN_INPUTS = list(STEP_INPUTS)
 TOKEN_OUTPUTS = ["logits", *NEXT_OUTPUTS, MARGIN_OUTPUT]
-
-
-def text_config(blip: BlipForConditionalGeneration) -> BlipTextConfig:
-    """The decoder's config (transformers types it as possibly a dict; a loaded model holds the object)."""
-    config = blip.config.text_config
-    assert isinstance(config, BlipTextConfig), type(config)
-    return config
-
-
-def vision_config(blip: BlipForConditionalGeneration) -> BlipVisionConfig:
-    config = blip.config.vision_config
-    assert isinstance(config, BlipVisionConfig), type(config)
-    return config
 
 
 def _number(config: BlipTextConfig | BlipVisionConfig, name: str) -> int:
@@ -105,7 +87,9 @@ class DecoderShape:
 
     @classmethod
     def of(cls, blip: BlipForConditionalGeneration) -> DecoderShape:
-        text, vision = text_config(blip), vision_config(blip)
+        text, vision = blip.config.text_config, blip.config.vision_config
+        # transformers types them as possibly dicts; a loaded model holds the objects
+        assert isinstance(text, BlipTextConfig) and isinstance(vision, BlipVisionConfig), (type(text), type(vision))
         hidden_size, heads = _number(text, "hidden_size"), _number(text, "num_attention_heads")
         return cls(
             layers=_number(text, "num_hidden_layers"),
@@ -119,9 +103,6 @@ class DecoderShape:
             sep_token_id=_number(text, "sep_token_id"),
             pad_token_id=_number(text, "pad_token_id"),
         )
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _split_heads(states: torch.Tensor, heads: int) -> torch.Tensor:
@@ -160,7 +141,7 @@ class CrossKeysValues(nn.Module):
     def __init__(self, blip: BlipForConditionalGeneration):
         super().__init__()
         self.attentions = nn.ModuleList(layer.crossattention.self for layer in blip.text_decoder.bert.encoder.layer)
-        self.heads = text_config(blip).num_attention_heads
+        self.heads = DecoderShape.of(blip).heads
 
     def forward(self, image_embeds):
         """Layer by layer, its keys then its values (``cache_names`` order)."""
@@ -178,8 +159,8 @@ class DecoderStep(nn.Module):
         self.embeddings = decoder.bert.embeddings
         self.layers = decoder.bert.encoder.layer
         self.lm_head = decoder.cls
-        self.heads = text_config(blip).num_attention_heads
-        self.head_size = text_config(blip).hidden_size // self.heads
+        shape = DecoderShape.of(blip)
+        self.heads, self.head_size = shape.heads, shape.head_size
 
     def forward(
         self, input_ids, position_ids, attention_bias, cache_positions, seen, repetition_penalty, slot_ids, *caches
@@ -197,14 +178,9 @@ class DecoderStep(nn.Module):
             present += [keys, values]
             context = _attend(_split_heads(own.query(hidden), self.heads), keys, values, attention_bias, self.head_size)
             attended = layer.attention.output(context, hidden)
-            crossing = layer.crossattention
-            context = _attend(
-                _split_heads(crossing.self.query(attended), self.heads),
-                cross[2 * index],
-                cross[2 * index + 1],
-                None,
-                self.head_size,
-            )  # every image token is attended
+            crossing = layer.crossattention  # no mask: every image token is attended
+            query = _split_heads(crossing.self.query(attended), self.heads)
+            context = _attend(query, cross[2 * index], cross[2 * index + 1], None, self.head_size)
             attended = crossing.output(context, attended)
             hidden = layer.output(layer.intermediate(attended), attended)
         # [b, 1, H] rather than [b, H]: exported as MatMul (not Gemm), which the int8 build quantises too.
