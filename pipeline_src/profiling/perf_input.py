@@ -40,7 +40,6 @@ import numpy as np
 from pipeline_src import PROJECT_ROOT, contract
 from pipeline_src.profiling.step_runners import (
     COMPLETIONS,
-    NUMPY_TYPES,
     PHOTOS_INPUT,
     Arrays,
     Model,
@@ -50,7 +49,7 @@ from pipeline_src.profiling.step_runners import (
     make_runner,
     sent_by_call,
 )
-from pipeline_src.steps.batching import bytes_rows
+from pipeline_src.steps.batching import NUMPY_TYPES, bytes_rows
 
 PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif"}
 DEFAULT_OUTPUT = PROJECT_ROOT / "build" / "perf_input"

@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2
 
 from pipeline_src import contract
 from pipeline_src.provenance.served import identity_json
 from pipeline_src.repository.loading import ModelEntry, parse_config
 from pipeline_src.repository.step_settings import stub_import_path
-from pipeline_src.steps.batching import bytes_rows
+from pipeline_src.repository.tensors import data_type_name
+from pipeline_src.steps.batching import NUMPY_TYPES, bytes_rows
 from pipeline_src.steps.bls import BlsCall
 from pipeline_src.steps.caption_with_label import (
     CAPTION_AFTER_PROMPT,
@@ -57,23 +57,13 @@ class Unfed(Exception):
     """A tensor that cannot be computed here; the message says why."""
 
 
-NUMPY_TYPES = {
-    "TYPE_BOOL": "bool",
-    "TYPE_FP16": "float16",
-    "TYPE_FP32": "float32",
-    "TYPE_FP64": "float64",
-    **{f"TYPE_INT{bits}": f"int{bits}" for bits in (8, 16, 32, 64)},
-    **{f"TYPE_UINT{bits}": f"uint{bits}" for bits in (8, 16, 32, 64)},
-}
-
-
 class Model(ModelEntry):
     """A model of the repository, with what this module reads of its config."""
 
     @property
     def inputs(self) -> dict[str, str]:
         """Input name -> data type name (``TYPE_FP32``)."""
-        return {tensor.name: _type_name(tensor.data_type) for tensor in self.parsed_config.input}
+        return {tensor.name: data_type_name(tensor.data_type) for tensor in self.parsed_config.input}
 
     def parameters(self) -> dict[str, str]:
         return {key: value.string_value for key, value in self.parsed_config.parameters.items()}
@@ -84,10 +74,6 @@ class Model(ModelEntry):
         with stub_import_path(self):
             cls = declared_settings_class(self.parameters())
         return cls.from_parameters(self.parameters()) if cls is not None else None
-
-
-def _type_name(value: int) -> str:
-    return model_config_pb2.DataType.Name(value)
 
 
 def load_models(repository: Path) -> dict[str, Model]:
