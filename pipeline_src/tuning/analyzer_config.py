@@ -8,20 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline_src.serving.ports import Ports
+from pipeline_src.tuning.measurements import INFERENCE_FIELDS
 from pipeline_src.tuning.server_launch import LocalLaunch
 from pipeline_src.tuning.sweep import StepPlan
-
-# What Model Analyzer writes in its CSV, one row per configuration and concurrency (field names are its own).
-INFERENCE_FIELDS = (
-    "model_name",
-    "concurrency",
-    "model_config_path",
-    "satisfies_constraints",
-    "perf_throughput",
-    "perf_latency_avg",
-    "perf_latency_p95",
-    "perf_latency_p99",
-)
 
 
 @dataclass(frozen=True)

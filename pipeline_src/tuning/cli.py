@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
@@ -63,11 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--latency-budget-ms", type=float, help="p99 budget of every step, in ms (default: none, highest throughput)"
     )
     parser.add_argument("--step-budget", type=_budget, action="append", default=[], metavar="STEP=MS")
-    parser.add_argument("--instance-counts", type=int, nargs="+", default=list(DEFAULTS.instance_counts))
-    parser.add_argument("--max-batch-sizes", type=int, nargs="+", default=list(DEFAULTS.max_batch_sizes))
-    parser.add_argument("--queue-delays-us", type=int, nargs="+", default=list(DEFAULTS.queue_delays_us))
-    parser.add_argument("--intra-op-threads", type=int, nargs="+", default=list(DEFAULTS.intra_op_threads))
-    parser.add_argument("--concurrency", type=int, nargs="+", default=list(DEFAULTS.concurrency))
+    for swept in fields(Sweep):  # --instance-counts, --max-batch-sizes, --queue-delays-us, ..., --concurrency
+        flag, default = f"--{swept.name.replace('_', '-')}", list(getattr(DEFAULTS, swept.name))
+        parser.add_argument(flag, type=int, nargs="+", default=default)
     parser.add_argument("--requests-per-window", type=int, default=Measuring.requests_per_window)
     parser.add_argument("--stability-percentage", type=int, default=Measuring.stability_percentage)
     parser.add_argument(
@@ -134,13 +133,7 @@ def main(argv=None) -> None:
     perf_analyzer.library_path()  # raises, saying how to install it, when perf_analyzer is missing
     perf_analyzer_path = Path(sys.executable).parent / "food11-perf-analyzer"
     repository = args.repository.resolve()
-    sweep = Sweep(
-        tuple(args.instance_counts),
-        tuple(args.max_batch_sizes),
-        tuple(args.queue_delays_us),
-        tuple(args.intra_op_threads),
-        tuple(args.concurrency),
-    )
+    sweep = Sweep(**{swept.name: tuple(getattr(args, swept.name)) for swept in fields(Sweep)})
     plans = plan_steps(repository, args.steps, sweep)
     _say_plan(plans)
     photos = read_photos(args.photos)

@@ -15,16 +15,17 @@ from pipeline_src.repository.loading import parse_config
 from pipeline_src.tuning.sweep import THREADS_PARAMETER
 
 DEFAULT_SUFFIX = "_config_default"
-# Model Analyzer's CSV headers for the fields analyzer_config asks for.
-HEADERS = {
-    "model": "Model",
+# What Model Analyzer writes in its CSV, one row per configuration and concurrency (analyzer_config asks for these
+# fields, by its own names): each field's CSV header.
+INFERENCE_FIELDS = {
+    "model_name": "Model",
     "concurrency": "Concurrency",
-    "variant": "Model Config Path",
-    "satisfies": "Satisfies Constraints",
-    "throughput": "Throughput (infer/sec)",
-    "avg_ms": "Avg Latency (ms)",
-    "p95_ms": "p95 Latency (ms)",
-    "p99_ms": "p99 Latency (ms)",
+    "model_config_path": "Model Config Path",
+    "satisfies_constraints": "Satisfies Constraints",
+    "perf_throughput": "Throughput (infer/sec)",
+    "perf_latency_avg": "Avg Latency (ms)",
+    "perf_latency_p95": "p95 Latency (ms)",
+    "perf_latency_p99": "p99 Latency (ms)",
 }
 
 
@@ -79,18 +80,19 @@ def read_measurements(inference_csv: Path, variants_dir: Path) -> list[Measured]
         rows = list(csv.DictReader(handle))
     measured = []
     for row in rows:
-        variant = row[HEADERS["variant"]]
+        cell = {field: row[header] for field, header in INFERENCE_FIELDS.items()}
+        variant = cell["model_config_path"]
         measured.append(
             Measured(
-                step=row[HEADERS["model"]],
+                step=cell["model_name"],
                 variant=variant,
                 config=StepConfig.of(parse_config(variants_dir / variant / "config.pbtxt")),
-                concurrency=int(row[HEADERS["concurrency"]]),
-                throughput=_number(row[HEADERS["throughput"]]),
-                avg_ms=_number(row[HEADERS["avg_ms"]]),
-                p95_ms=_number(row[HEADERS["p95_ms"]]),
-                p99_ms=_number(row[HEADERS["p99_ms"]]),
-                within_budget=row[HEADERS["satisfies"]].strip().lower() == "yes",
+                concurrency=int(cell["concurrency"]),
+                throughput=_number(cell["perf_throughput"]),
+                avg_ms=_number(cell["perf_latency_avg"]),
+                p95_ms=_number(cell["perf_latency_p95"]),
+                p99_ms=_number(cell["perf_latency_p99"]),
+                within_budget=cell["satisfies_constraints"].strip().lower() == "yes",
             )
         )
     return measured

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.report import markdown_table
 from pipeline_src.tuning.measurements import Choice, Measured
 
@@ -78,16 +79,8 @@ MEASURED_COLUMNS = (
     "within_budget",
     "chosen",
 )
-ENSEMBLE_COLUMNS = (
-    "repository",
-    "concurrency",
-    "throughput",
-    "p50_ms",
-    "p95_ms",
-    "p99_ms",
-    "stability_percentage",
-    "error",
-)
+# perf_analyzer's table with the repository measured in place of the model, and why a level failed.
+ENSEMBLE_COLUMNS = ("repository", *perf_analyzer.COLUMNS[1:], "error")
 
 
 def markdown(result: dict, choices: Sequence[Choice], measured: Sequence[Measured]) -> str:
