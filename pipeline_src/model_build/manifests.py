@@ -39,25 +39,17 @@ def write_classifier_manifest(version_dir: Path, origin: Origin | None, onnx_dif
 def write_captioner_manifests(repository: Path, snapshot: Path, origin: Origin | None) -> list[Manifest]:
     """The vision encoder's and the captioner's, both made of ``snapshot``'s weights."""
     paths = GraphPaths.in_repository(repository)
-    vision_dir = paths.vision.parent
-    captioner_dir = paths.text_dir.parent
+    vision_dir, captioner_dir = paths.vision.parent, paths.text_dir.parent
     # The built files only: model.py beside them is code, which a pull may change without a rebuild.
     precisions = tuple(precision for precision in BLIP_PRECISIONS if precision_file(paths.vision, precision).is_file())
     vision_files = [*(precision_file(paths.vision, precision) for precision in precisions), vision_dir / FIDELITY_FILE]
     text_files = [path for path in paths.text_dir.iterdir() if path.is_file()]
-    snapshot_files = [
+    text_files += [
         path for path in snapshot.rglob("*") if path.is_file() and path.suffix not in SNAPSHOT_WEIGHT_SUFFIXES
     ]
     return [
         _write_or_keep(vision_dir, "vision_encoder", vision_files, origin, precisions, _int8_fidelity(vision_dir)),
-        _write_or_keep(
-            captioner_dir,
-            "captioner",
-            [*text_files, *snapshot_files],
-            origin,
-            precisions,
-            _int8_fidelity(paths.text_dir),
-        ),
+        _write_or_keep(captioner_dir, "captioner", text_files, origin, precisions, _int8_fidelity(paths.text_dir)),
     ]
 
 

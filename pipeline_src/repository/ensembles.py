@@ -52,7 +52,8 @@ def check_ensemble_nesting(models: dict[str, ModelEntry], report: Report) -> Non
         report.error(cycle[0], f"ensembles contain each other in a cycle: {' -> '.join([*cycle, cycle[0]])}")
 
 
-def _listed(names) -> str:
+def quoted_names(names: Iterable[str]) -> str:
+    """Names as the messages list them: quoted, comma-separated, or "none"."""
     return ", ".join(f"'{name}'" for name in names) or "none"
 
 
@@ -149,7 +150,7 @@ class _EnsembleCheck:
             if key not in inputs:
                 self.error(
                     f"{label}: input_map key '{key}' is not an input of model '{model.name}' "
-                    f"(its inputs: {_listed(inputs)})"
+                    f"(its inputs: {quoted_names(inputs)})"
                 )
         for name, tensor in inputs.items():
             if name not in step.input_map and not tensor.optional:
@@ -158,7 +159,7 @@ class _EnsembleCheck:
             if key not in outputs:
                 self.error(
                     f"{label}: output_map key '{key}' is not an output of model '{model.name}' "
-                    f"(its outputs: {_listed(outputs)})"
+                    f"(its outputs: {quoted_names(outputs)})"
                 )
         if model.batched and model.max_batch_size < self.entry.max_batch_size:
             self.error(
@@ -186,7 +187,7 @@ class _EnsembleCheck:
             self.unbatched_steps.add(number)
             self.error(
                 f"{label}: model '{model.name}' has max_batch_size 0 inside an ensemble that batches "
-                f"(max_batch_size {self.entry.max_batch_size}): its tensor(s) {_listed(lacking)} lack the "
+                f"(max_batch_size {self.entry.max_batch_size}): its tensor(s) {quoted_names(lacking)} lack the "
                 "batch dimension they get (Triton loads this, then fails requests of more than one row); "
                 f"give it max_batch_size >= {self.entry.max_batch_size}"
             )
@@ -246,13 +247,13 @@ class _EnsembleCheck:
         if not starved:
             return
         readers = "; ".join(
-            f"step {index + 1} ({steps[index].model}) reads {_listed(names)}"
+            f"step {index + 1} ({steps[index].model}) reads {quoted_names(names)}"
             for index, names in ensemble_outputs_read(steps, ensemble_outputs).items()
         )
         for call in starved:
             self.report.warning(
                 self.entry.name,
-                f"a call naming only {_listed(call.requested)} fails in Triton ('unexpected deadlock'): Triton "
+                f"a call naming only {quoted_names(call.requested)} fails in Triton ('unexpected deadlock'): Triton "
                 f"leaves out step {call.dropped + 1} ({steps[call.dropped].model}), so '{call.tensor}' is never "
                 f"made. Triton counts an ensemble output that a call does not name as unneeded, even when a step "
                 f"reads it ({readers}): have steps read outputs that are no ensemble outputs instead "

@@ -70,11 +70,11 @@ def check_declared_files(entry: ModelEntry, settings: StepSettings, report: Repo
     for name in dict.fromkeys([*cls.FILE_FIELDS, *cls.ONNX_FILE_FIELDS, *cls.DIRECTORY_FIELDS]):
         if name not in field_names:
             report.error(entry.name, f"{cls.__name__} declares '{name}' as a file field, but has no such field")
+    files = [name for name in dict.fromkeys([*cls.FILE_FIELDS, *cls.ONNX_FILE_FIELDS]) if name in field_names]
+    directories = {name: required for name, required in cls.DIRECTORY_FIELDS.items() if name in field_names}
     onnx_files = []
     for version_dir in entry.versions:
-        for name in dict.fromkeys([*cls.FILE_FIELDS, *cls.ONNX_FILE_FIELDS]):
-            if name not in field_names:
-                continue
+        for name in files:
             path = version_dir / str(getattr(settings, name))
             if not path.is_file():
                 report.error(
@@ -84,9 +84,7 @@ def check_declared_files(entry: ModelEntry, settings: StepSettings, report: Repo
                 )
             elif name in cls.ONNX_FILE_FIELDS:
                 onnx_files.append(path)
-        for name, required in cls.DIRECTORY_FIELDS.items():
-            if name not in field_names:
-                continue
+        for name, required in directories.items():
             directory = version_dir / str(getattr(settings, name))
             where = f"version {version_dir.name}: parameter {name}={getattr(settings, name)!r}"
             if not directory.is_dir():

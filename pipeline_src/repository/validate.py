@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2
 
 from pipeline_src import PROJECT_ROOT, contract
 from pipeline_src.repository.bls_calls import check_bls_calls
-from pipeline_src.repository.ensembles import check_ensemble, check_ensemble_nesting
+from pipeline_src.repository.ensembles import check_ensemble, check_ensemble_nesting, quoted_names
 from pipeline_src.repository.loading import ModelEntry, load_models
 from pipeline_src.repository.model_files import (
     PYTHON_BACKEND,
@@ -114,12 +114,12 @@ def check_declared_tensors(entry: ModelEntry, settings: StepSettings, report: Re
         extra = sorted(set(names) - set(configured))
         missing = sorted(set(configured) - set(names))
         if extra or missing:
-            differences = [f"declares {_listed(extra)}, which the config does not"] if extra else []
-            differences += [f"lacks the config's {_listed(missing)}"] if missing else []
+            differences = [f"declares {quoted_names(extra)}, which the config does not"] if extra else []
+            differences += [f"lacks the config's {quoted_names(missing)}"] if missing else []
             report.error(
                 entry.name,
                 f"{where} {' and '.join(differences)}: the step's {kind}s in its code and in config.pbtxt must be "
-                f"the same names (the config's: {_listed(configured)})",
+                f"the same names (the config's: {quoted_names(configured)})",
             )
 
 
@@ -148,10 +148,6 @@ def check_wire_contract(models: dict[str, ModelEntry], report: Report) -> None:
                     f"{name} is {got_type} {list(got_dims)}, the wire contract's is {data_type} {list(dims)} "
                     "(pipeline_src/contract.py): every client reads it so",
                 )
-
-
-def _listed(names: Iterable[str]) -> str:
-    return ", ".join(f"'{name}'" for name in names) or "none"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,14 +20,11 @@ from pipeline_src import PROJECT_ROOT
 VERSION = "1.46.0"
 REQUIREMENT = f"triton-model-analyzer=={VERSION}"
 TOOL_DIR = PROJECT_ROOT / "build" / "model_analyzer"
+PYTHON = TOOL_DIR / "bin" / "python"
 
 
 class AnalyzerMissing(RuntimeError):
     """Model Analyzer is not installed in its tool virtualenv; the message says how to install it."""
-
-
-def _python() -> Path:
-    return TOOL_DIR / "bin" / "python"
 
 
 def binary() -> Path:
@@ -39,10 +36,10 @@ def binary() -> Path:
 
 def installed_version() -> str | None:
     """The version in the tool virtualenv, or None when there is none."""
-    if not _python().exists():
+    if not PYTHON.exists():
         return None
     done = subprocess.run(
-        [str(_python()), "-c", "import importlib.metadata as m; print(m.version('triton-model-analyzer'))"],
+        [str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('triton-model-analyzer'))"],
         capture_output=True,
         text=True,
     )
@@ -53,8 +50,8 @@ def install() -> str:
     """The pinned Model Analyzer in its own virtualenv (from PyPI; a few seconds when already there)."""
     if installed_version() == VERSION:
         return VERSION
-    if not _python().exists():
+    if not PYTHON.exists():
         subprocess.run([sys.executable, "-m", "venv", str(TOOL_DIR)], check=True)
     print(f"installing {REQUIREMENT} into {TOOL_DIR} (about half a minute)", flush=True)
-    subprocess.run([str(_python()), "-m", "pip", "install", "--quiet", REQUIREMENT], check=True)
+    subprocess.run([str(PYTHON), "-m", "pip", "install", "--quiet", REQUIREMENT], check=True)
     return VERSION

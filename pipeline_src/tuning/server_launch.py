@@ -33,11 +33,8 @@ def local_launch(work_dir: Path) -> LocalLaunch:
     """What Model Analyzer needs to start the wheel's tritonserver as ``make serve`` does."""
     server = TritonServer(work_dir / "unused_repository", work_dir)
     binary, *arguments = server.command()  # assembles the backend directory under work_dir
-    flags = {}
-    for argument in arguments:
-        key, _, value = argument.removeprefix("--").partition("=")
-        if key not in LEFT_TO_ANALYZER | ADMIN_FLAGS:
-            flags[key] = value
+    pairs = (argument.removeprefix("--").partition("=") for argument in arguments)
+    flags = {key: value for key, _, value in pairs if key not in LEFT_TO_ANALYZER | ADMIN_FLAGS}
     environment = {
         key: value
         for key, value in server.environment().items()
