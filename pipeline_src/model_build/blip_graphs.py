@@ -133,12 +133,8 @@ def build(snapshot: Path, paths: GraphPaths, int8: bool = False, fast: bool = Fa
         vision_options["int8"] = {**vision_int8, "means": "vision encoder int8, text decoder fp32"}
         text_options["int8"] = {**text_int8, "means": "text decoder int8, vision encoder fp32"}
         extra["both_int8"] = both_int8
-        for what, measured in (
-            ("vision encoder int8", vision_int8),
-            ("text decoder int8", text_int8),
-            ("both int8", both_int8),
-        ):
-            yield f"{what}: {_describe(measured)}"
+        named = {"vision encoder int8": vision_int8, "text decoder int8": text_int8, "both int8": both_int8}
+        yield from (f"{what}: {_describe(measured)}" for what, measured in named.items())
     if fast:
         fp16 = build_fast(paths.vision, paths.text_dir, reference, pixels, CHECK_MAX_NEW_TOKENS)
         text_options[FAST_PRECISION] = vision_options[FAST_PRECISION] = fp16

@@ -3,14 +3,11 @@ the calibration of its guard on the build's check photos. The cross-attention ke
 graphs in fp16 (their own buffers: read at every step, half the bytes); every other input and output stays fp32, so
 that the fast step reads and writes the same buffers as the exact one, which the guard hands a row to.
 
-The guard redoes a decoder step on the exact graphs where the fast choice led its runner-up by no more than a margin.
-The margin is calibrated teacher-forced, on the reference's own tokens: every position where the fast graphs'
-choice differs from Hugging Face fp32's, the fast lead there; the guard's margin is twice the largest of those, and
-at least twice fp16's resolution at the size of the logits seen (fp16 rounds close scores to a tie, and a tie is
-never trusted): a step whose lead is at most that is redone. Then the fidelity, written beside the graphs:
-teacher-forced top-1 agreement without the guard, and the captions with it (those of food11_pipeline: the vision
-encoder's step stays exact; and those of food11_pipeline_merged, whose captioner encodes the pixels in fp16 too),
-with how many steps it redid.
+The guard (docs/performance.md, "The fast mode") redoes a decoder step on the exact graphs where the fast choice led
+its runner-up by no more than a margin, calibrated teacher-forced: twice the largest fast lead at a position where
+the fast choice differs from Hugging Face fp32's, and at least twice fp16's resolution at the logits' size (fp16
+rounds close scores to a tie, and a tie is never trusted). The fidelity, written beside the graphs: teacher-forced
+top-1 without the guard; with it, the captions of food11_pipeline and food11_pipeline_merged and the steps redone.
 """
 
 from __future__ import annotations

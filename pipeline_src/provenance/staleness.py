@@ -1,14 +1,8 @@
-"""Whether a built model is what the user now asks for, or must be built again.
-
-What was asked: a source (``--blip``/``BLIP``/``FOOD11_BLIP``, ``--classifier-checkpoint``/``CLASSIFIER``/
-``FOOD11_CLASSIFIER``), ``stand-in`` for the offline default, or nothing. What is built: the manifest's kind and
-source (origins.py spells both the same way). Decided from those alone, with no model loaded and no torch, so
-that `make serve` with nothing changed stays a few seconds and the Triton image can decide without the build's
-packages.
-
-Nothing asked keeps whatever is built (the stand-in the first time): the offline default must not replace real
-weights a user built earlier and paid minutes and a download for. A source asked that differs from the
-manifest's builds again.
+"""Whether a built model is what the user now asks for, or must be built again (docs/models.md, "What a later run
+does", has the table): the source asked against the manifest's kind and source (origins.py spells both the same
+way). Decided from those alone, with no model loaded and no torch, so that `make serve` with nothing changed stays a
+few seconds and the Triton image can decide without the build's packages. Nothing asked keeps whatever is built:
+the offline default must not replace real weights a user paid minutes and a download for.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Triton Model Analyzer, installed as a tool apart in ``build/model_analyzer/`` (its own virtualenv).
-
-Its dependencies (tritonclient[all] at its newest, protobuf 6, numpy 2, numba, matplotlib, optuna...) are
-not the product's: the product's virtualenv never gets them. Model Analyzer is pure Python and drives
-tritonserver and perf_analyzer as subprocesses, so it is given the project's own (``server_launch``).
-
-1.45.0 is the release paired with Triton 24.10 (tritonserver 2.51, the wheel's), but PyPI has no 1.45.0;
-1.46.0 (Triton 24.11) is the nearest, and what it asks of the server (command-line flags, model control
-over HTTP/gRPC) is the same in 2.51.
+"""Triton Model Analyzer, installed as a tool apart in ``build/model_analyzer/`` (its own virtualenv), so that its
+dependencies (protobuf 6, numpy 2, numba, ...) never enter the product's. It drives tritonserver and perf_analyzer
+as subprocesses, the project's own (``server_launch``). 1.46.0: PyPI lacks 1.45.0, the release paired with
+tritonserver 2.51, and what 1.46.0 asks of the server is the same in 2.51 (docs/profiling.md, "Tuning each step").
 """
 
 from __future__ import annotations

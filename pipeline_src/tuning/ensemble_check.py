@@ -1,9 +1,6 @@
-"""The ensemble, which Model Analyzer cannot profile here, measured as ``make bench`` measures it: perf_analyzer
-on the untuned and the tuned repository, one server after the other, in the same run and on the same photos.
-
-Model Analyzer 1.46 profiles an ensemble of at most 4 composing models, a BLS model only in quick mode, and
-neither nested in the other; ``food11_pipeline`` has 5 steps, one of them BLS (caption_with_label calling
-the captioner).
+"""The ensemble, which Model Analyzer cannot profile here (``ANALYZER_LIMITS`` says why), measured as ``make bench``
+measures it: perf_analyzer on the untuned and the tuned repository, one server after the other, in the same run and
+on the same photos.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Model Analyzer's local launch of tritonserver, taken from the project's launcher (one source of truth).
-
-Model Analyzer starts ``triton_server_path`` itself, once per configuration it measures, with the flags in
-``triton_server_flags`` and the variables of ``triton_server_environment`` over its own environment. The
-launcher's ``TritonServer`` already knows what the wheel's server needs (its backend directory with the stub
-for this Python, its caches, the library path, the steps' Python on PATH): its command and environment are
-read here, less what Model Analyzer sets itself (repository, ports) and the admin key, which would refuse
-Model Analyzer's model loads (it sends no key).
+"""Model Analyzer's local launch of tritonserver (``triton_server_path``, ``_flags``, ``_environment``), read
+from the launcher's ``TritonServer``, which knows what the wheel's server needs (one source of truth), less what
+Model Analyzer sets itself (repository, ports) and the admin key, which would refuse its model loads (it sends no
+key). docs/profiling.md, "Tuning each step with Model Analyzer", lists what is passed.
 """
 
 from __future__ import annotations
