@@ -1,10 +1,6 @@
-"""Decode a batch's photos on several cores at once.
-
-Pillow's decoders and resamplers and numpy's arithmetic release the GIL while they work, so threads of one
-Python step decode in parallel: one instance uses the cores a batch needs, without the memory and start-up of
-more instances. Measured on a GPU box, where the preprocess step is the CPU's share of every photo:
-docs/gpu.md, "Settings that matter on a GPU".
-"""
+"""Decode a batch's photos on several cores at once: Pillow and numpy release the GIL, so one instance's threads
+use the cores a batch needs without the memory and start-up of more instances (measured: docs/gpu.md, "Settings
+that matter on a GPU")."""
 
 from __future__ import annotations
 

@@ -58,12 +58,9 @@ def split_rows(batch: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
 
 
 def check_outputs(outputs: Arrays, declared: Collection[str] | Mapping[str, str], rows: int) -> None:
-    """BatchContractError unless ``outputs`` holds exactly the ``declared`` names, each with ``rows`` rows, and,
-    where ``declared`` maps each name to its config's data_type, each in that type.
-
-    Without it, a misspelt output vanishes from the answer without a word, an output with a row too few or too
-    many shifts every later request's rows onto its neighbour's, and an int64 under an INT32 config goes out as
-    INT64 (Triton's Python backend sends the array's own type)."""
+    """BatchContractError unless ``outputs`` are exactly the ``declared`` names, ``rows`` rows each, in the declared
+    data_type where given. Else a misspelt output vanishes silently, a row too many shifts later requests' rows onto
+    their neighbours', and an int64 goes out as INT64 under an INT32 config (the backend sends the array's type)."""
     problems = []
     if undeclared := sorted(set(outputs) - set(declared)):
         problems.append(f"returned but not declared: {', '.join(undeclared)}")

@@ -1,10 +1,6 @@
-"""What a step sends to another model by BLS and reads back, declared once.
-
-The calling step's ``model.py`` builds its ``pb_utils.InferenceRequest`` from the declaration (tensor
-names, the callee named by a settings field), and ``food11-validate`` checks the same declaration
-against the callee's ``config.pbtxt``, so a renamed tensor or callee is caught before the server starts.
-A step lists its calls in its settings class's ``BLS_CALLS``. Imports nothing heavy: the validator reads it.
-"""
+"""What a step sends to another model by BLS and reads back, declared once (in its settings' ``BLS_CALLS``): its
+``model.py`` builds the request from it, and ``food11-validate`` checks it against the callee's ``config.pbtxt``, so
+a renamed tensor or callee is caught before the server starts. Imports nothing heavy: the validator reads it."""
 
 from __future__ import annotations
 

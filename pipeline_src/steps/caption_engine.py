@@ -1,19 +1,10 @@
-"""The captioner step's loop, in-flight batching: a request's rows join the decoder's table at the next step
-boundary and leave when their captions end, so a request never waits for a batch in progress to finish, and
-every step runs every caption in progress (``pipeline_src.steps.fixed_buffers``: the table, its steps).
-
-It runs in a thread of the step's process and knows nothing of Triton: the step's ``model.py``
-hands it jobs, each with the function that answers its request, and returns at once, so Triton hands over the
-next requests while captions are being written. What Triton's queue did for this step the loop does for the
-requests that wait to join, with the step's settings (``max_waiting_requests``, ``waiting_timeout_microseconds``) and
-Triton's own words: past that many waiting requests a new one is refused ("Exceeds maximum queue size"), and one
-that waits past its timeout (or its caller's time left) is refused ("Request timeout expired"). Not Triton's queue
-policy itself: execute returns at once, so Triton's queue in front of the step stays empty. Callers read both as
-over capacity (``pipeline_src.contract.QUEUE_REFUSALS``). A request whose caller has gone is dropped before it joins. A
-request joins whole (all its rows at once), in arrival order.
-
-Longer than most: the waiting requests, the table's rows and the answers are one state that one thread changes
-between steps; split, each part would need the others' lock.
+"""The captioner step's loop, in-flight batching: a request's rows join the decoder's table (``fixed_buffers``) at the
+next step boundary, whole and in arrival order, and leave when their captions end: no request waits for a batch in
+progress. It runs in a thread and knows nothing of Triton: ``model.py`` hands it jobs, each with the function that
+answers it, and returns at once, so Triton's queue in front of the step stays empty and the loop plays its policy for
+the waiting requests (``max_waiting_requests``, ``waiting_timeout_microseconds``: docs/configuration.md), in Triton's
+words, which callers read as over capacity (``pipeline_src.contract.QUEUE_REFUSALS``). A request whose caller has gone
+is dropped before it joins. One state (waiting requests, rows, answers) that one thread changes between steps.
 """
 
 from __future__ import annotations
@@ -100,11 +91,9 @@ class CaptionEngine:
         threaded: bool = True,
         vision: Callable[[np.ndarray], np.ndarray | ort.OrtValue] | None = None,
     ):
-        """``report``: called in the loop's thread before it answers requests and when it goes idle (the step's
-        metrics: its clock's totals reach Triton before the answers they timed). ``threaded=False``: no thread; the
-        caller runs the loop one iteration at a time (``iterate``), as the tests do to place each join exactly.
-        ``vision``: encodes the pixels of the requests joining at a step, in one run, into embeddings on the decoder's
-        device (``DeviceVisionEncoder``); None: jobs with pixels are refused."""
+        """``report``: called in the loop's thread before it answers and when it goes idle (the step's metrics reach
+        Triton before the answers they timed). ``threaded=False``: the caller runs ``iterate`` itself (the tests).
+        ``vision``: joining pixels -> embeddings on the decoder's device, in one run; None: pixels are refused."""
         if not isinstance(captioner.decoder, FixedBufferDecoder):
             raise TypeError("the loop needs a FixedBufferDecoder: rows join and leave its table")
         self.captioner = captioner

@@ -1,14 +1,7 @@
-"""Step 4's logic, BLS: a caption conditioned on the label step's answer.
-
-Decisions a plain ensemble cannot make: caption without the label when unsure; answer with an empty caption
-and a status saying why when the captioner fails or is too slow; refuse the request when the captioner's
-queue refused it under load. The captioner call is handed in (the step's ``model.py`` makes it by BLS), so
-this runs and is unit-tested without Triton.
-
-The label itself is the ``label`` step's (``pipeline_src.steps.label``): a caller asking only for LABEL and
-PROBABILITY gets them without this step, the vision encoder or the captioner running (Triton's ensemble runs
-only the steps that the requested outputs need).
-"""
+"""Step 4's logic, BLS: a caption conditioned on the label step's answer, deciding what an ensemble cannot: caption
+without the label when unsure, answer an empty caption and why when the captioner fails or is too slow, refuse the
+request when the captioner's queue refused it under load. Handed the captioner call (``model.py`` makes it by BLS),
+it runs without Triton. The label is the ``label`` step's, so a classify-only call never runs this step."""
 
 from __future__ import annotations
 

@@ -1,23 +1,14 @@
 """The text decoder on fixed buffers: a table of rows that requests join and leave between steps, and that ONNX
 Runtime can replay as CUDA graphs.
 
-Every tensor a step reads or writes is allocated once, for ``capacity`` rows. A row is one caption being
-written: its cross-attention keys and values, its self-attention cache (``slots`` of them, its own cache
-positions), and the next step's inputs. Rows join at a step boundary (``admit``: the cross-attention and the
-prompt's step for those rows alone, written at their place in the table) and leave when their caption ends; a
-step (``step_rows``) runs over the first rows of the table, as many as one of a few sizes (``batch_sizes``) that
-holds every row in use. Rows in that range that are free step along, unread.
-
-The steps alternate between two sets of buffers (one read, one written: the caches and the next step's inputs,
-which each step makes on the device). A step of a given size and parity then always has the same inputs and
-outputs at the same addresses: its binding is made once, and with ``enable_cuda_graph`` ONNX Runtime records it
-once (``gpu_graph_id``) and replays it after; ``warm_up`` records every size's before the first request. Only the
-step's next tokens, a few bytes, come to the host. A prompt's step has another width and other rows each time, so
-it runs unrecorded (``gpu_graph_id -1``).
-
-``start`` and ``step`` serve a whole batch at once (rows 0 to n-1), as ``TextDecoder``'s do; the captioner step's
-loop (``pipeline_src.steps.caption_engine``) admits and retires rows one request at a time. On the CPU the same
-code runs without recording: the tests check it there against ``TextDecoder``.
+Every tensor a step reads or writes is allocated once, for ``capacity`` rows (a row: one caption being written).
+Rows join at a step boundary (``admit``, at their place in the table) and leave when their caption ends; a step
+(``step_rows``) runs over the first rows, as many as one of ``batch_sizes`` that holds every row in use (free rows
+step along, unread). Steps alternate between two buffer sets (one read, one written), so a step of a given size and
+parity always binds the same addresses: ONNX Runtime records it once (``gpu_graph_id``; ``warm_up`` records every
+size) and replays it, and only the next tokens come to the host. A prompt's step changes shape: it runs unrecorded.
+``start`` and ``step`` serve a whole batch as ``TextDecoder``'s do (the tests check them against it on the CPU);
+``pipeline_src.steps.caption_engine`` admits and retires rows one request at a time.
 
 Longer than most: the table's buffers, its bindings, rows joining and stepping, and the fast mode's guard, which
 redoes a row's step on the exact graph over the same buffers and parity: one state, kept in one place.
@@ -68,12 +59,10 @@ class Buffers:
 
 @dataclass
 class FastGraphs:
-    """The fast mode: the cross-attention and decoder step graphs in fp16, and the guard: a row whose choice leads the
-    runner-up by no more than ``guard_margin`` has that step redone on the exact graphs. The fast cross-attention keys
-    and values are fp16 buffers of their own; everything else the step reads and writes is the exact graphs' fp32
-    (the caches, the fed-back inputs), so that the exact step can take a row over at any step. The first time the
-    guard redoes a row's step, the row's exact keys and values are computed from its image embeddings (kept until it
-    leaves): forced on every step from the first, the guard gives the exact captions."""
+    """The fast mode: fp16 cross-attention and decoder-step graphs, guarded: a row whose choice leads the runner-up by
+    no more than ``guard_margin`` has that step redone on the exact graphs. Only the fast cross K/V are fp16 buffers of
+    their own; the caches and fed inputs stay fp32, so the exact step can take a row over at any step (its exact K/V
+    computed at the guard's first visit): forced on every step, the guard gives the exact captions."""
 
     cross_kv: ort.InferenceSession
     step: ort.InferenceSession

@@ -38,12 +38,8 @@ def execution_providers(on_gpu: bool, device_id: int = 0, cuda_graph: bool = Fal
         )
         return ["CPUExecutionProvider"]
     load_cuda_libraries()
-    # TF32 off: fp32 stays fp32. Measured on an H100 with the base BLIP graphs: with ONNX Runtime's default
-    # (TF32 on) the captioner's logits moved by 8e-4 (relative) from Hugging Face fp32; off, by 1.3e-6.
-    # cuDNN's convolution algorithm by heuristic, not ONNX Runtime's default exhaustive search: that search runs
-    # again for every new input shape, and dynamic batching makes a new batch size a new shape. Measured on an
-    # H100 (benchmarks/results/gpu_serve.md): with the search, the classifier's mean compute went from 3.3 ms
-    # at batch 1 to 915 ms at concurrency 8, and the classifier alone at 16 did not settle in 240 s.
+    # Both measured in docs/gpu.md, "Settings that matter on a GPU". TF32 off: fp32 stays fp32 (the exact captions).
+    # cuDNN's algorithm by heuristic: the default exhaustive search reruns for every new shape (each batch size).
     cuda = {
         "device_id": device_id,
         "use_tf32": 0,

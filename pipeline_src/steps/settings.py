@@ -1,11 +1,7 @@
-"""Typed settings of each step, read from the ``parameters`` of its ``config.pbtxt``.
-
-Every tunable of a step lives in its config, so a repository validator can check them before the
-server starts (``StepSettings.from_parameters`` raises on a bad value) and users tune a step without
-touching code. A step's config names its settings class in the ``settings`` parameter, e.g.
-``pipeline_src.steps.settings:PreprocessSettings``: that is how the validator finds the class, and
-``from_model_config`` refuses a config that names another class than the one ``model.py`` reads.
-"""
+"""Typed settings of each step, read from the ``parameters`` of its ``config.pbtxt`` (docs/configuration.md), so
+``food11-validate`` checks them before the server starts. A config names its class in its ``settings`` parameter
+(``pipeline_src.steps.settings:PreprocessSettings``): how the validator finds it, and ``from_model_config`` refuses
+a config naming another class than the one ``model.py`` reads."""
 
 from __future__ import annotations
 
@@ -133,10 +129,8 @@ class OnnxStepSettings(StepSettings):
 
     onnx_file: str = "model.onnx"  # relative to the model version directory
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
-    # On a GPU instance, comma-separated batch sizes (e.g. "1,8,32"): each batch runs padded up to the
-    # smallest that holds it, on a session of that size's own, so that no session ever sees a new shape.
-    # Empty: every batch as it comes. Why: ONNX Runtime's CUDA convolutions redo their cuDNN setup whenever
-    # the input shape differs from the last run's (docs/gpu.md, "Settings that matter on a GPU").
+    # GPU: "1,8,32" pads each batch to the smallest size that holds it, one session per size (no new shapes for
+    # cuDNN to set up again); empty: batches as they come (docs/configuration.md)
     gpu_batch_sizes: str = ""
 
     ONNX_FILE_FIELDS = ("onnx_file",)
@@ -169,9 +163,7 @@ class OnnxFileSettings(OnnxStepSettings):
 
 @dataclass(frozen=True)
 class ClassifierSettings(OnnxStepSettings):
-    # Its many convolutions redo their cuDNN setup on every new shape: on an H100, with sizes changing every run,
-    # 97-550 ms a batch unpadded, 2.5-12 ms padded to these (benchmarks/results/gpu_batch_shapes.md).
-    gpu_batch_sizes: str = "1,8,32"
+    gpu_batch_sizes: str = "1,8,32"  # padded to these: 2.5-12 ms a batch, not 97-550 (configuration.md)
 
 
 @dataclass(frozen=True)
@@ -214,12 +206,9 @@ class CaptionWithLabelSettings(StepSettings):
     captioner_model: str = "captioner"
     prompt_template: str = "a photo of {label},"
     confidence_threshold: float = 0.5  # below it, caption without the label prompt
-    # The longest wait for a caption. A request that carries its caller's time left (Triton's request
-    # timeout) waits that long instead when it is shorter: this bounds the callers that say nothing.
-    caption_timeout_ms: int = 300_000
-    # When the captioner fails or is too slow: answer the label with an empty caption and a status saying why
-    # (empty_caption), or refuse the request, UNAVAILABLE, for the caller to retry (refuse). auto: refuse where
-    # Triton caches the ensemble's answers (an empty caption would be served again), else empty_caption.
+    caption_timeout_ms: int = 300_000  # the longest wait for a caption; a caller's shorter time left wins
+    # the captioner failed or was too slow: empty_caption (and why), refuse (UNAVAILABLE), auto: refuse where Triton
+    # caches answers (an empty caption would be served again), else empty_caption
     on_caption_failure: str = "auto"
     ON_CAPTION_FAILURE: ClassVar[tuple[str, ...]] = ("auto", "empty_caption", "refuse")
 
@@ -227,18 +216,14 @@ class CaptionWithLabelSettings(StepSettings):
     CAPTIONER_CALL: ClassVar[BlsCall] = BlsCall(
         callee_field="captioner_model",
         inputs=(
-            # Either of two, whichever this step was given: the vision encoder's output (577 image tokens,
-            # 1 + 24 x 24 patches, its width the model's), or the photo's pixels, which the captioner encodes itself,
-            # on its own device (food11_pipeline_merged: the embeddings never leave it).
+            # whichever this step was given: the embeddings (1 + 24 x 24 patches), or pixels the captioner encodes
             BlsTensor("IMAGE_EMBEDS", "TYPE_FP32", (577, -1), forwarded=True, optional=True),
             BlsTensor("CAPTIONER_PIXELS", "TYPE_UINT8", (3, 384, 384), forwarded=True, optional=True),
             BlsTensor("PROMPT", "TYPE_STRING", (1,)),  # empty: an unconditional caption
         ),
         outputs=(
             BlsTensor("CAPTION", "TYPE_STRING", (1,)),
-            # why there is no caption ("" when there is one): a refusal in band, which python_backend before 25.05
-            # can send without its call's id when it comes as an error response (pipeline_src.steps.captioner_bls)
-            BlsTensor("CAPTION_ERROR", "TYPE_STRING", (1,)),
+            BlsTensor("CAPTION_ERROR", "TYPE_STRING", (1,)),  # why no caption, in band (captioner/config.pbtxt)
             BlsTensor("CAPTION_MODE", "TYPE_STRING", (1,)),  # which mode made each caption: exact, or fast (...)
         ),
     )
@@ -267,44 +252,23 @@ class CaptionWithLabelSettings(StepSettings):
 
 @dataclass(frozen=True)
 class CaptionerSettings(PrecisionSettings):
-    # The BLIP snapshot the graphs were built from, relative to the model version directory; serving reads
-    # only its stand-in marker (STAND_IN.json), the graphs' folder holds everything else.
-    model_dir: str = "blip"
-    # cross_kv.onnx, decoder_step.onnx (and their .int8 twins), decoder.json, tokenizer.json
+    # Every setting's meaning: docs/configuration.md. Paths are relative to the model version directory.
+    model_dir: str = "blip"  # the BLIP snapshot the graphs were built from: serving reads only its STAND_IN.json
     graphs_dir: str = "text_decoder"
     max_new_tokens: int = 20
     repetition_penalty: float = 1.0  # 1.0: none (Hugging Face's definition otherwise)
     intra_op_threads: int = 0  # 0: ONNX Runtime's default (one per physical core)
-    # One caption of zeros at load, so that ready means warm. In the step, not as the config's model_warmup
-    # (which the other steps use): this step's input width is the built model's, unknown to its config.
+    # in the step, not the config's model_warmup: this step's input width is the built model's, unknown to its config
     warm_up: bool = True
-    # The rows of the decoder's table (pipeline_src.steps.fixed_buffers): captions in progress at once, which
-    # requests join between steps and leave when they end (at least the config's max_batch_size: a request joins
-    # whole). Prompts up to max_prompt_tokens tokens join it (each row has that many slots plus max_new_tokens - 1);
-    # a longer one is captioned alone, outside it.
-    rows_in_flight: int = 32
-    max_prompt_tokens: int = 32
-    # The requests waiting to join the table (execute returns at once: Triton's queue in front of it stays empty, so
-    # its loop holds the queue and its policy): past max_waiting_requests a request is refused at once, and one that
-    # waits past waiting_timeout_microseconds, or past its caller's time left when that is shorter, is refused then.
-    # Refusals use Triton's words, which callers read as over capacity (pipeline_src.contract.QUEUE_REFUSALS).
-    max_waiting_requests: int = 128
+    rows_in_flight: int = 32  # the decoder's table (fixed_buffers): at least max_batch_size, a request joins whole
+    max_prompt_tokens: int = 32  # a longer prompt is captioned alone, outside the table
+    max_waiting_requests: int = 128  # the loop's queue policy, as Triton's would be (caption_engine)
     waiting_timeout_microseconds: int = 240_000_000  # Triton's unit, as its default_timeout_microseconds
-    # On a GPU instance: each step size of the table recorded once and replayed as a CUDA graph (same captions,
-    # measured on an H100).
-    gpu_cuda_graphs: bool = True
-    # exact (the default): the fp32 graphs, Hugging Face fp32 generate's captions. fast: the text decoder's graphs in
-    # fp16 (and the vision encoder's, where this step encodes the pixels itself), built by `make models
-    # BUILD_ARGS=--fast`, with a guard: a step whose choice leads the runner-up by no more than fast_guard_margin is
-    # redone on the exact graphs. Every answer says which made it (CAPTION_MODE). fast_guard_margin < 0: the margin
-    # the build calibrated on its check photos (text_decoder/fidelity.json).
-    mode: str = "exact"
-    fast_guard_margin: float = -1.0
+    gpu_cuda_graphs: bool = True  # on a GPU instance: each step size recorded once, replayed as a CUDA graph
+    mode: str = "exact"  # exact: the fp32 graphs; fast: the fp16 ones (make models BUILD_ARGS=--fast), guarded
+    fast_guard_margin: float = -1.0  # < 0: the margin the build calibrated (text_decoder/fidelity.json)
     MODES: ClassVar[tuple[str, ...]] = ("exact", "fast")
-    # The vision encoder's graph, relative to this step's version folder, which this step runs itself for a request
-    # that sends CAPTIONER_PIXELS instead of IMAGE_EMBEDS (food11_pipeline_merged: one process for the image-to-caption
-    # path, the embeddings never leaving its device), in the precision cpu_precision chooses for it (its int8 twin's
-    # fidelity beside it), loaded at the first such request. "": such requests are refused.
+    # for requests sending CAPTIONER_PIXELS (food11_pipeline_merged), loaded at the first; "": they are refused
     vision_encoder_graph: str = "../../vision_encoder/1/model.onnx"
 
     DIRECTORY_FIELDS: ClassVar[Mapping[str, tuple[str, ...]]] = {

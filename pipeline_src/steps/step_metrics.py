@@ -1,11 +1,6 @@
-"""A step's time per phase on Triton's own /metrics, for perf_analyzer runs and dashboards alike.
-
-Two counters, labelled by model, version and phase: ``food11_step_phase_seconds_total`` (wall seconds) and
-``food11_step_phase_runs_total`` (how many times the phase ran). The captioner's phases: ``execute`` (its whole
-batch, tokenizing included), ``prefill`` (image embeddings to cross-attention keys and values, then the
-prompt's step) and ``decoder_step`` (one token for every row). What ``execute`` has beyond the two others is
-the host's share: docs/profiling.md, "Inside a step".
-"""
+"""A step's time per phase (counters labelled by model, version and phase) and its load, on Triton's own /metrics.
+The captioner's phases are ``captioning.CAPTIONER_PHASES`` (iteration, vision, prefill, decoder_step, row_step);
+what each means: docs/profiling.md, "Inside a step"."""
 
 from __future__ import annotations
 

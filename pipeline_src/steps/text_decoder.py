@@ -1,17 +1,9 @@
-"""BLIP's text decoder on ONNX Runtime, one step at a time with a KV cache: what the captioner's greedy
-loop (``pipeline_src.steps.captioning``) runs, for the images of many requests together.
-
-The graphs are those of ``pipeline_src.model_build.blip_onnx``: the cross-attention keys and values are
-computed once per image, then one decoder step per token reads them and the self-attention cache, which
-has a slot for every token a row may hold (prompt and fed-back tokens), allocated once per batch.
-Prompts of different lengths are left-padded; each row keeps its own positions (0 at its first real
-token) and a bias that hides the padding and the slots not yet written, so neither changes anything in
-what a row attends to.
-
-Two ways to run it. Greedy generation (``start``, then ``step``): each step makes the next step's inputs on
-the device (the greedy token after the repetition penalty, its position, slot and bias), so only a token per
-row comes to the host. The build's fidelity check (``prefill``, then ``advance`` with tokens of its choice):
-the logits come to the host, for teacher forcing against Hugging Face.
+"""BLIP's text decoder on ONNX Runtime (``pipeline_src.model_build.blip_onnx``'s graphs), one step at a time: the
+cross-attention K/V once per image, then a step per token over a cache with a slot for every token a row may hold.
+Prompts are left-padded; each row's own positions (0 at its first real token) and attention bias hide the padding and
+the unwritten slots. Greedy generation (``start``, ``step``) makes each next step's inputs on the device, so only a
+token per row reaches the host; the build's fidelity check (``prefill``, ``advance``) brings the logits back, for
+teacher forcing against Hugging Face.
 """
 
 from __future__ import annotations

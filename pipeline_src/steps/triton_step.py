@@ -65,14 +65,10 @@ def answer_stacked(
     compute: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]],
     checks: Mapping[str, Callable[[np.ndarray], str | None]] | None = None,
 ) -> list:
-    """The responses, in order, of a step that computes on the stacked rows of all its requests.
-
-    Triton hands over the requests, never concatenated. Each is checked on its own (``checks``: per input,
-    what is wrong with its rows, or None): a bad one gets its own INVALID_ARG naming the step and input
-    (raising would fail every request batched with it). The others go through ``compute_stacked`` (one
-    ``compute`` over the stacked inputs; its outputs must be the config's, one row per input row). A failure
-    of the batched run, or a broken output contract, is INTERNAL for each of its requests, naming the step.
-    BYTES outputs are object arrays."""
+    """The responses, in order, to requests computed as one stack (``compute_stacked``). Each is checked alone first
+    (``checks``: per input, what is wrong with its rows, or None): a bad one gets its own INVALID_ARG naming the step
+    and input, as raising would fail every request batched with it. A failed run or broken output contract is
+    INTERNAL for each request it held."""
     responses: list = [None] * len(requests)
     served, arrays = [], []
     for index, request in enumerate(requests):

@@ -1,12 +1,8 @@
-"""Step 4, BLIP captioning: in-flight batching over a table of rows (pipeline_src.steps.caption_engine). execute
-hands each request to the loop and returns, so the next requests join the captions in progress at the next decoder
-step; the loop answers each request, one response by its response sender, when its last caption ends. Greedy, on
-ONNX Runtime with a KV cache; each request's caption is the one it gets alone.
-
-Not a decoupled model, which python_backend allows a step that answers later from its own thread too: with Triton
-2.51's python_backend (24.10) a BLS caller of a decoupled model crashes its stub under concurrent calls (a stress of
-32 callers did within minutes), and an ensemble over a decoupled step is decoupled itself (no response cache,
-streaming clients only)."""
+"""Step 4, BLIP captioning, batched in flight (pipeline_src.steps.caption_engine): execute hands each request to the
+loop and returns; the loop answers it by its response sender when its last caption ends, each caption the one it
+gets alone. Not a decoupled model: with Triton 2.51's python_backend (24.10) a BLS caller of one crashes its stub
+under concurrent calls (32 callers did within minutes), and an ensemble over a decoupled step is decoupled itself
+(no response cache, streaming clients only)."""
 
 import time
 
