@@ -10,39 +10,16 @@ import numpy as np
 import onnxruntime as ort
 
 from pipeline_src.steps.onnx_runtime import onnx_session
-from pipeline_src.steps.precision import FAST_PRECISION, PrecisionChoice, precision_file
+from pipeline_src.steps.precision import FAST_PRECISION, precision_file
 from pipeline_src.steps.settings import CaptionerSettings
 
 
 class DeviceVisionEncoder:
-    def __init__(
-        self,
-        path: Path,
-        device: tuple[str, int],
-        on_gpu: bool = False,
-        intra_op_threads: int = 0,
-        choice: PrecisionChoice | None = None,
-    ):
+    def __init__(self, path: Path, device: tuple[str, int], on_gpu: bool = False, intra_op_threads: int = 0):
         self.session = onnx_session(path, on_gpu, device[1], intra_op_threads, cpu_arena=False)
         self.device = device  # the decoder's: where the embeddings stay
         (self.input,) = self.session.get_inputs()
         self.output = self.session.get_outputs()[0]
-        self.path = path
-        self.choice = choice
-
-    @classmethod
-    def from_settings(
-        cls, settings: CaptionerSettings, version_dir: Path, device: tuple[str, int], on_gpu: bool = False
-    ) -> DeviceVisionEncoder | None:
-        """The graph ``vision_encoder_graph`` names, in the precision ``cpu_precision`` chooses for it (its own
-        fidelity beside it); None where the setting is empty."""
-        if not settings.vision_encoder_graph:
-            return None
-        graph = (version_dir / settings.vision_encoder_graph).resolve()
-        choice = settings.choose_precision(graph.parent, on_gpu)
-        if settings.mode == "fast":  # its fp16 twin, as the text decoder's (built by --fast)
-            choice = PrecisionChoice(FAST_PRECISION, "mode fast")
-        return cls(precision_file(graph, choice.precision), device, on_gpu, settings.intra_op_threads, choice)
 
     def __call__(self, pixels: np.ndarray) -> ort.OrtValue:
         """``pixels`` uint8 ``[n, 3, 384, 384]`` -> ``image_embeds [n, 577, width]`` on the decoder's device."""
@@ -52,28 +29,28 @@ class DeviceVisionEncoder:
         self.session.run_with_iobinding(binding)
         return binding.get_outputs()[0]
 
-    def warm_up(self) -> None:
-        self(np.zeros((1, *self.input.shape[1:]), np.uint8))
-
 
 class LazyDeviceVision:
-    """A ``DeviceVisionEncoder`` loaded at the first pixels it is handed: its memory (the vision encoder a second
-    time, 350 MB with BLIP base) is paid only where food11_pipeline_merged is called, and the first such request
-    pays its load. Its file is checked at once."""
+    """A ``DeviceVisionEncoder`` of the graph ``vision_encoder_graph`` names, loaded at the first pixels it is handed:
+    its memory (the vision encoder a second time, 350 MB with BLIP base) is paid only where food11_pipeline_merged is
+    called, and the first such request pays its load. Its file is checked at once. Its precision: ``cpu_precision``'s
+    choice for it (its own fidelity beside it), or in the fast mode its fp16 twin (built by --fast)."""
 
     def __init__(self, settings: CaptionerSettings, version_dir: Path, device: tuple[str, int], on_gpu: bool = False):
-        graph = (version_dir / settings.vision_encoder_graph).resolve()
-        if not graph.is_file():
+        self.path = (version_dir / settings.vision_encoder_graph).resolve()
+        if not self.path.is_file():
             raise FileNotFoundError(
-                f"vision_encoder_graph {settings.vision_encoder_graph!r}: {graph} is missing (`make models` builds it; "
-                '"" takes IMAGE_EMBEDS only)'
+                f"vision_encoder_graph {settings.vision_encoder_graph!r}: {self.path} is missing (`make models` builds "
+                'it; "" takes IMAGE_EMBEDS only)'
             )
-        self.path = graph
-        self._load = lambda: DeviceVisionEncoder.from_settings(settings, version_dir, device, on_gpu)
+        self.settings, self.device, self.on_gpu = settings, device, on_gpu
         self.encoder: DeviceVisionEncoder | None = None
 
     def __call__(self, pixels: np.ndarray) -> ort.OrtValue:
         if self.encoder is None:
-            self.encoder = self._load()
-            assert self.encoder is not None  # the setting is not empty
+            settings = self.settings
+            fast = settings.mode == "fast"
+            precision = FAST_PRECISION if fast else settings.choose_precision(self.path.parent, self.on_gpu).precision
+            path = precision_file(self.path, precision)
+            self.encoder = DeviceVisionEncoder(path, self.device, self.on_gpu, settings.intra_op_threads)
         return self.encoder(pixels)
