@@ -32,7 +32,6 @@ from pipeline_src.steps.text_decoder import (
     STEP_INPUTS,
     DecoderState,
     TextDecoder,
-    attention_bias,
 )
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
@@ -239,16 +238,8 @@ class FixedBufferDecoder(TextDecoder):
             self.repetition_penalty = repetition_penalty
 
         input_ids, positions, real = self.left_padded(prompt_ids, self.slots)
-        bias, cache_positions = attention_bias(
-            DecoderState([], [], real, 0, np.zeros(rows, np.int64)), len(input_ids[0])
-        )
-        prompt = {
-            "input_ids": input_ids,
-            "position_ids": positions,
-            "attention_bias": bias,
-            "cache_positions": cache_positions,
-            "seen": self.seen_mask(prompt_ids),
-        }
+        empty = DecoderState([], [], real, 0, np.zeros(rows, np.int64))
+        prompt = self.step_inputs(empty, input_ids, positions, prompt_ids)
         # Written into the set the next step reads; the caches it "reads" are the other set's, whatever they hold:
         # the bias hides every slot the prompt has not written.
         read, written = buffers.sets[1 - self.parity], buffers.sets[self.parity]

@@ -161,15 +161,7 @@ class TextDecoder:
     def advance(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
         """Feed one token per row of the caller's choice; the logits for the token after it."""
         positions = self.take_slot(state, tokens)
-        bias, cache_positions = attention_bias(state, 1)
-        inputs = {
-            "input_ids": tokens.astype(np.int64)[:, None],
-            "position_ids": positions,
-            "attention_bias": bias,
-            "cache_positions": cache_positions,
-            "seen": self.seen_mask(state.seen),
-        }
-        return self._logits_run(state, inputs)
+        return self._logits_run(state, self.step_inputs(state, tokens.astype(np.int64)[:, None], positions, state.seen))
 
     def _logits_run(self, state: DecoderState, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         binding = self._bind(state, inputs, {"logits": ("cpu", 0)})
@@ -204,15 +196,15 @@ class TextDecoder:
             [list(ids) for ids in prompt_ids],
             repetition_penalty,
         )
-        bias, cache_positions = attention_bias(state, width)
-        prompt = {
-            "input_ids": input_ids,
-            "position_ids": positions,
-            "attention_bias": bias,
-            "cache_positions": cache_positions,
-            "seen": self.seen_mask(state.seen),
-        }
-        return state, prompt
+        return state, self.step_inputs(state, input_ids, positions, state.seen)
+
+    def step_inputs(
+        self, state: DecoderState, input_ids: np.ndarray, positions: np.ndarray, seen: Sequence[Sequence[int]]
+    ) -> dict[str, np.ndarray]:
+        """A step's token inputs (``FED_BACK``'s names): ``input_ids`` and ``positions [rows, t]``, their attention
+        bias and cache slots under ``state``, and the tokens each row has ``seen``."""
+        bias, cache_positions = attention_bias(state, input_ids.shape[1])
+        return dict(zip(FED_BACK.values(), (input_ids, positions, bias, cache_positions, self.seen_mask(seen))))
 
     def seen_mask(self, seen: Sequence[Sequence[int]]) -> np.ndarray:
         """``[rows, vocab]``: True at each token a row holds (the repetition penalty's tokens)."""
