@@ -23,17 +23,13 @@ class RequestPixels:
     error: str | None = None
 
 
-def available_cores() -> int:
-    """The cores this process may run on (its affinity, as a container's cpuset sets it)."""
-    return len(os.sched_getaffinity(0))
-
-
 class BatchDecoder:
-    """Decodes every photo of a batch of requests, ``threads`` at a time (0: one per available core)."""
+    """Decodes every photo of a batch of requests, ``threads`` at a time (0: one per core this process may run on, its
+    affinity, as a container's cpuset sets it)."""
 
     def __init__(self, max_pixels: int, threads: int = 0):
         self.max_pixels = max_pixels
-        self.threads = threads or available_cores()
+        self.threads = threads or len(os.sched_getaffinity(0))
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="decode") if self.threads > 1 else None
 
     def decode(self, requests: Sequence[Sequence[bytes]]) -> list[RequestPixels]:

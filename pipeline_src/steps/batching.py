@@ -47,16 +47,6 @@ def type_problem(name: str, array: np.ndarray, data_type: str) -> str | None:
     return f"output {name} is {dtype}, its config declares {data_type} ({wanted}): cast it in the step"
 
 
-def stack_requests(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    """The requests' arrays as one batch (no copy for a single request)."""
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-
-
-def split_rows(batch: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
-    """Undo the stacking of requests: the rows of ``batch`` back to each request, in order."""
-    return np.split(batch, np.cumsum(sizes)[:-1])
-
-
 def check_outputs(outputs: Arrays, declared: Collection[str] | Mapping[str, str], rows: int) -> None:
     """BatchContractError unless ``outputs`` are exactly the ``declared`` names, ``rows`` rows each, in the declared
     data_type where given. Else a misspelt output vanishes silently, a row too many shifts later requests' rows onto
@@ -84,9 +74,13 @@ def compute_stacked(
     """Each request's outputs, in order, from one ``compute`` over all requests' rows stacked input by
     input. ``declared_outputs``: the names the step's config declares, with their data_type (``check_outputs``)."""
     inputs = list(requests[0])
-    stacked = {name: stack_requests([request[name] for request in requests]) for name in inputs}
+    stacked = {  # no copy for a single request
+        name: requests[0][name] if len(requests) == 1 else np.concatenate([request[name] for request in requests])
+        for name in inputs
+    }
     sizes = [len(request[inputs[0]]) for request in requests]
     outputs = compute(stacked)
     check_outputs(outputs, declared_outputs, sum(sizes))
-    parts = {name: split_rows(np.asarray(array), sizes) for name, array in outputs.items()}
+    ends = np.cumsum(sizes)[:-1]  # each request's rows back to it, in order
+    parts = {name: np.split(np.asarray(array), ends) for name, array in outputs.items()}
     return [{name: parts[name][index] for name in outputs} for index in range(len(requests))]

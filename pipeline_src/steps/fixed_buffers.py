@@ -74,13 +74,6 @@ class FixedState(DecoderState):
     size: int = 0  # the step size that holds them
 
 
-def rows_of(value: ort.OrtValue, count: int, first: int = 0) -> tuple[list[int], int]:
-    """Rows ``[first, first + count)`` of a buffer as (shape, address): contiguous, so bindable as a tensor."""
-    shape = value.shape()
-    row_bytes = value.tensor_size_in_bytes() // shape[0]
-    return [count, *shape[1:]], value.data_ptr() + first * row_bytes
-
-
 class FixedBufferDecoder(TextDecoder):
     """``TextDecoder`` whose steps always find their tensors at the same addresses (see the module's docstring).
     A batch larger than the largest size, or a prompt longer than ``max_prompt_tokens``, runs as in
@@ -150,9 +143,11 @@ class FixedBufferDecoder(TextDecoder):
             )
 
         cross_shape = (rows, heads, shape["image_tokens"], head_size)
+        # what the fast cross-attention graph writes: fp16 (the build's twins), or fp32 (a twin of another kind)
+        fp16 = self.fast is not None and self.fast.cross_kv.get_outputs()[0].type == "tensor(float16)"
         return Buffers(
             cross=[self._zeros(cross_shape) for _ in self.cross_names],
-            fast_cross=[self._zeros(cross_shape, self._fast_cross_type()) for _ in self.cross_names]
+            fast_cross=[self._zeros(cross_shape, np.float16 if fp16 else np.float32) for _ in self.cross_names]
             if self.fast
             else [],
             sets=(buffer_set(), buffer_set()),
@@ -161,17 +156,14 @@ class FixedBufferDecoder(TextDecoder):
             margin=self._zeros((rows, 1)),
         )
 
-    def _fast_cross_type(self) -> type:
-        """What the fast cross-attention graph writes: fp16 (the build's twins), or fp32 (a twin of another kind)."""
-        assert self.fast is not None
-        return np.float16 if self.fast.cross_kv.get_outputs()[0].type == "tensor(float16)" else np.float32
-
     def _bind_rows(
         self, binding: ort.IOBinding, name: str, value: ort.OrtValue, rows: int, first: int, output: bool
     ) -> None:
-        shape, address = rows_of(value, rows, first)
+        """Rows ``[first, first + rows)`` of a buffer, bound by address: contiguous, so bindable as a tensor."""
+        shape = value.shape()
+        address = value.data_ptr() + first * (value.tensor_size_in_bytes() // shape[0])
         bind = binding.bind_output if output else binding.bind_input
-        bind(name, *self.device, value.element_type(), shape, address)
+        bind(name, *self.device, value.element_type(), [rows, *shape[1:]], address)
 
     def _binding(
         self,

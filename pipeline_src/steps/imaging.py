@@ -91,7 +91,8 @@ def classifier_tensor(image: Image.Image, size: int = CLASSIFIER_SIZE) -> np.nda
     left = round((new_size[0] - size) / 2.0)
     top = round((new_size[1] - size) / 2.0)
     cropped = resized.crop((left, top, left + size, top + size))
-    return _normalise_chw(cropped, IMAGENET_MEAN, IMAGENET_STD)
+    pixels = _normalise(np.asarray(cropped, dtype=np.float32), IMAGENET_MEAN, IMAGENET_STD)  # HWC
+    return np.ascontiguousarray(pixels.transpose(2, 0, 1))
 
 
 def captioner_tensor(image: Image.Image, size: int = CAPTIONER_SIZE) -> np.ndarray:
@@ -111,11 +112,6 @@ def normalise_captioner(pixels: np.ndarray) -> np.ndarray:
 def _normalise(pixels: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """The one formula, in float32: rescale to [0, 1], subtract the mean, divide by the std."""
     return (pixels * np.float32(1.0 / 255.0) - mean) / std
-
-
-def _normalise_chw(image: Image.Image, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    pixels = _normalise(np.asarray(image, dtype=np.float32), mean, std)  # HWC
-    return np.ascontiguousarray(pixels.transpose(2, 0, 1))
 
 
 def image_tensors(data: bytes, max_pixels: int) -> ImageTensors:

@@ -113,7 +113,9 @@ class OnnxFileModel:
             ]
             return {name: np.concatenate([part[name] for part in parts]) for name in self.outputs}
         size = next(size for size in self.batch_sizes if size >= rows)
-        padded = {name: _padded(array, size) for name, array in batch.items()}
+        padded = {name: np.zeros((size, *array.shape[1:]), array.dtype) for name, array in batch.items()}
+        for name, array in batch.items():
+            padded[name][:rows] = array  # zero rows after: the rows are independent (inference only)
         return {name: array[:rows] for name, array in self._run(self.sessions[size], padded).items()}
 
     def _run(self, session: ort.InferenceSession, batch: Arrays) -> dict[str, np.ndarray]:
@@ -178,10 +180,3 @@ def numpy_type(ort_type: str) -> np.dtype | None:
     """The numpy type of an ONNX Runtime type string (``tensor(float)``), None for one numpy does not hold."""
     name = NUMPY_TYPES.get(ORT_TO_TRITON.get(ort_type, ""))
     return np.dtype(name) if name else None
-
-
-def _padded(array: np.ndarray, size: int) -> np.ndarray:
-    """``array`` with zero rows appended up to ``size`` rows (the rows are independent: inference only)."""
-    padded = np.zeros((size, *array.shape[1:]), array.dtype)
-    padded[: len(array)] = array
-    return padded

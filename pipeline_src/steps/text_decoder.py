@@ -159,8 +159,15 @@ class TextDecoder:
         return self._logits_run(state, prompt), state
 
     def advance(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
-        """Feed one token per row of the caller's choice; the logits for the token after it."""
-        positions = self.take_slot(state, tokens)
+        """Feed one token per row of the caller's choice (recorded, the next slot marked written); the logits for the
+        token after it."""
+        if state.written == state.slots:
+            raise ValueError(f"the cache's {state.slots} slots are full: prefill with a larger max_new_tokens")
+        for seen, token in zip(state.seen, tokens):
+            seen.append(int(token))
+        positions = state.next_position[:, None].copy()  # [rows, 1]
+        state.next_position += 1
+        state.real[:, state.written] = True
         return self._logits_run(state, self.step_inputs(state, tokens.astype(np.int64)[:, None], positions, state.seen))
 
     def _logits_run(self, state: DecoderState, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -225,18 +232,6 @@ class TextDecoder:
             positions[row, width - len(ids) :] = np.arange(len(ids))
             real[row, width - len(ids) : width] = True
         return input_ids, positions, real
-
-    @staticmethod
-    def take_slot(state: DecoderState, tokens: np.ndarray) -> np.ndarray:
-        """Record one fed token per row and mark the next slot written; the positions ``[rows, 1]`` they take."""
-        if state.written == state.slots:
-            raise ValueError(f"the cache's {state.slots} slots are full: prefill with a larger max_new_tokens")
-        for seen, token in zip(state.seen, tokens):
-            seen.append(int(token))
-        positions = state.next_position[:, None].copy()
-        state.next_position += 1
-        state.real[:, state.written] = True
-        return positions
 
     def _bind(
         self,
