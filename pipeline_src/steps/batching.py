@@ -1,4 +1,5 @@
-"""Many requests, one computation: stack the requests' rows, compute once, split the results back.
+"""Many requests, one computation: stack the requests' rows, compute once, split the results back; and for a
+model file of yours as a step (``onnx_file_step``), which requests stack together and which inputs it refuses.
 
 Pure numpy, so it is unit-tested without Triton; ``triton_step.answer_stacked`` wraps it in Triton's
 requests and responses.
@@ -84,3 +85,23 @@ def compute_stacked(
     ends = np.cumsum(sizes)[:-1]  # each request's rows back to it, in order
     parts = {name: np.split(np.asarray(array), ends) for name, array in outputs.items()}
     return [{name: parts[name][index] for name in outputs} for index in range(len(requests))]
+
+
+def non_finite_problem(rows: np.ndarray) -> str | None:
+    """The first row of a float input holding NaN or infinity, named; None for any other (or a clean) input."""
+    if rows.dtype.kind != "f" or rows.ndim == 0:
+        return None
+    bad = ~np.isfinite(rows.reshape(len(rows), -1)).all(axis=1)
+    if not bad.any():
+        return None
+    return f"row {int(np.argmax(bad)) + 1} of {len(rows)} holds NaN or infinity (the step's refuse_non_finite)"
+
+
+def shape_groups(requests: Sequence[Arrays]) -> list[list[int]]:
+    """The requests' indices grouped by the shape of one row of each input, in order of first arrival: only
+    requests of one row shape stack (a config dim of -1 lets each request bring its own size)."""
+    groups: dict[tuple, list[int]] = {}
+    for index, arrays in enumerate(requests):
+        key = tuple((name, np.shape(array)[1:]) for name, array in arrays.items())
+        groups.setdefault(key, []).append(index)
+    return list(groups.values())

@@ -9,8 +9,8 @@ from typing import ClassVar
 
 import triton_python_backend_utils as pb_utils
 
+from pipeline_src.steps.batching import non_finite_problem, shape_groups
 from pipeline_src.steps.onnx_contract import check_graph_against_config
-from pipeline_src.steps.onnx_file import non_finite_problem, shape_groups
 from pipeline_src.steps.onnx_runtime import OnnxFileModel
 from pipeline_src.steps.settings import OnnxFileSettings
 from pipeline_src.steps.triton_step import StepContext, answer_stacked, input_array

@@ -1,5 +1,5 @@
 """A step that is a model file (``food11-new-step NAME --onnx FILE``), without Triton: the shared logic its adapter
-runs (pipeline_src.steps.onnx_file: any number of inputs and outputs, padded GPU batch sizes, requests grouped by
+runs (pipeline_src.steps.batching: any number of inputs and outputs, padded GPU batch sizes, requests grouped by
 row shape, non-finite inputs refused), and ``make models``'s hook that copies the git-ignored file again from its
 recorded source and writes the manifest through which every answer names it."""
 
@@ -18,7 +18,7 @@ from pipeline_src.provenance.manifest import read_manifest, verify
 from pipeline_src.provenance.model_source import ModelSource, recorded_source
 from pipeline_src.provenance.served import served_identity
 from pipeline_src.repository.scaffold import Layout, create_onnx_step, read_spec
-from pipeline_src.steps.onnx_file import non_finite_problem, shape_groups
+from pipeline_src.steps.batching import non_finite_problem, shape_groups
 from pipeline_src.steps.onnx_runtime import OnnxFileModel, numpy_type
 
 
