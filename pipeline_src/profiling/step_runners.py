@@ -33,9 +33,8 @@ from pipeline_src.steps.caption_with_label import (
     PROMPT_SENT,
     after_prompt,
 )
-from pipeline_src.steps.classification import plan_captions
+from pipeline_src.steps.classification import LOGITS, label_outputs, plan_captions
 from pipeline_src.steps.imaging import image_tensors
-from pipeline_src.steps.label import LOGITS, label_outputs
 from pipeline_src.steps.settings import (
     CaptionerSettings,
     CaptionWithLabelSettings,

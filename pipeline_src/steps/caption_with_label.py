@@ -13,10 +13,9 @@ import numpy as np
 
 from pipeline_src.contract import CAPTION, CAPTION_STATUS, CaptionStatus, refused_under_load
 from pipeline_src.steps.batching import BatchContractError, bytes_rows, check_outputs
-from pipeline_src.steps.classification import plan_captions
+from pipeline_src.steps.classification import PROBABILITIES, plan_captions  # its input: the label step's
 from pipeline_src.steps.settings import CaptionWithLabelSettings
 
-PROBABILITIES = "PROBABILITIES"  # the step's input: the label step's softmax, one row per photo
 # For the steps after this one, outputs that are no ensemble output of the shipped ensembles: a step reads
 # these, never CAPTION, since Triton drops a step from a call that names none of the ensemble outputs it maps,
 # even when another step reads them (pipeline_src/ensemble_pruning.py; docs/EXTENDING.md).

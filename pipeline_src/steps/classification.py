@@ -1,5 +1,9 @@
 """From classifier logits to a Food-11 label and a real probability (the ``label`` step), and from those
-probabilities to the captioning prompt (``caption_with_label``)."""
+probabilities to the captioning prompt (``caption_with_label``).
+
+Everything a classify-only caller asks for (LABEL, PROBABILITY, MODELS) comes from the label step, so such a call
+costs the preprocess step, the classifier and that: Triton's ensemble leaves out the steps no requested output needs
+(the vision encoder, ``caption_with_label`` and its captioner)."""
 
 from __future__ import annotations
 
@@ -7,8 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline_src.contract import CaptionStatus
+from pipeline_src.contract import LABEL, MODELS, PROBABILITY, CaptionStatus
+from pipeline_src.steps.batching import bytes_rows
 from pipeline_src.steps.labels import FOOD11_CLASSES
+
+LOGITS = "LOGITS"  # the label step's input: the classifier's, one row per photo
+PROBABILITIES = "PROBABILITIES"  # every class's probability, the label step's for the steps after it
+OUTPUTS = (LABEL, PROBABILITY, PROBABILITIES, MODELS)  # the label step's, as its config.pbtxt declares
 
 
 def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -47,6 +56,20 @@ def distribution_problem(rows: np.ndarray) -> str | None:
         if not np.all(np.isfinite(row)) or np.any(row < 0) or abs(float(row.sum()) - 1.0) > SUM_TOLERANCE:
             return f"row {index + 1} of {len(rows)} is not a probability distribution (sum {row.sum():.6g})"
     return None
+
+
+def label_outputs(logits: np.ndarray, models: str) -> dict[str, np.ndarray]:
+    """The label step's outputs for stacked ``logits [n, classes]``, a row each: the most probable class (ties: the
+    lower index, as argmax), its softmax probability, every class's, and ``models`` (JSON, which models answer:
+    pipeline_src.provenance.served)."""
+    probabilities = softmax(logits)
+    best = np.argmax(probabilities, axis=1)
+    return {
+        LABEL: ENCODED_CLASSES[best].reshape(-1, 1),
+        PROBABILITY: np.take_along_axis(probabilities, best[:, None], axis=1),
+        PROBABILITIES: probabilities,
+        MODELS: bytes_rows([models] * len(probabilities)),
+    }
 
 
 def pick(probabilities: np.ndarray, classes: tuple[str, ...] = FOOD11_CLASSES) -> Prediction:

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from pipeline_src.contract import LABEL, MODELS, PROBABILITY
-from pipeline_src.steps.classification import logits_problem, predict
-from pipeline_src.steps.label import OUTPUTS, PROBABILITIES, label_outputs
+from pipeline_src.steps.classification import OUTPUTS, PROBABILITIES, label_outputs, logits_problem, predict
 from pipeline_src.steps.labels import FOOD11_CLASSES
 
 MODELS_JSON = '[{"model": "stand-in"}]'

@@ -1,8 +1,8 @@
 """Step 3: the label, its probability and which models answer, from the classifier's logits. A thin adapter
-around pipeline_src.steps.label."""
+around pipeline_src.steps.classification.label_outputs."""
 
 from pipeline_src.provenance.served import identity_json
-from pipeline_src.steps.label import CHECKS, LOGITS, label_outputs
+from pipeline_src.steps.classification import LOGITS, label_outputs, logits_problem
 from pipeline_src.steps.settings import LabelSettings
 from pipeline_src.steps.triton_step import StepContext, answer_stacked
 
@@ -16,7 +16,7 @@ class TritonPythonModel:
         self.step.logger.log_info(f"{self.step.name}: every answer names the models {self.models}")
 
     def execute(self, requests):
-        return answer_stacked(self.step, requests, [LOGITS], self._label, checks=CHECKS)
+        return answer_stacked(self.step, requests, [LOGITS], self._label, checks={LOGITS: logits_problem})
 
     def _label(self, batch):
         return label_outputs(batch[LOGITS], self.models)
