@@ -1,8 +1,8 @@
 """Many requests, one computation: stack the requests' rows, compute once, split the results back; and for a
 model file of yours as a step (``onnx_file_step``), which requests stack together and which inputs it refuses.
 
-Pure numpy, so it is unit-tested without Triton; ``triton_step.answer_stacked`` wraps it in Triton's
-requests and responses.
+Pure numpy, so it is unit-tested without Triton; ``triton_step.answer_stacked`` wraps it in Triton's requests and
+responses. ``Refused``: a request failed whole, by the steps that answer one request at a time.
 """
 
 from __future__ import annotations
@@ -18,6 +18,14 @@ def bytes_rows(values: Sequence[str | bytes]) -> np.ndarray:
     """n strings (UTF-8 encoded here) or bytes as the rows of a BYTES tensor, shape [n, 1]."""
     encoded = [value.encode("utf-8") if isinstance(value, str) else value for value in values]
     return np.array(encoded, dtype=np.object_).reshape(-1, 1)
+
+
+class Refused(Exception):
+    """A request failed whole, for a reason its caller can act on. ``code``: a ``pb_utils.TritonError`` code's name."""
+
+    def __init__(self, message: str, code: str = "UNAVAILABLE"):
+        super().__init__(message)
+        self.code = code
 
 
 class BatchContractError(RuntimeError):

@@ -20,20 +20,13 @@ import numpy as np
 import onnxruntime as ort
 
 from pipeline_src.contract import QUEUE_REFUSALS, QUEUE_TIMED_OUT
+from pipeline_src.steps.batching import Refused
 from pipeline_src.steps.captioning import GreedyCaptioner, join_caption
 from pipeline_src.steps.fixed_buffers import FixedBufferDecoder, runs
 from pipeline_src.steps.settings import CaptionerSettings
 
 QUEUE_FULL = QUEUE_REFUSALS[0]
 EXACT, FAST = "exact", "fast"  # CAPTION_MODE: which graphs made a caption
-
-
-class Refused(Exception):
-    """The request is not taken, for a reason its caller can act on. ``code``: a TritonError code's name."""
-
-    def __init__(self, message: str, code: str = "UNAVAILABLE"):
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline_src.contract import CAPTION, CAPTION_STATUS, CaptionStatus, refused_under_load
-from pipeline_src.steps.batching import BatchContractError, bytes_rows, check_outputs
+from pipeline_src.steps.batching import BatchContractError, Refused, bytes_rows, check_outputs
 from pipeline_src.steps.classification import PROBABILITIES, plan_captions  # its input: the label step's
 from pipeline_src.steps.settings import CaptionWithLabelSettings
 
@@ -51,15 +51,6 @@ CaptionerCall = Callable[[list[str]], Awaitable[Captioned]]
 
 class CaptionerFailed(Exception):
     """The captioner answered with an error; the message is its."""
-
-
-class Refused(Exception):
-    """The request is failed whole. ``code``: a ``pb_utils.TritonError`` code's name (INVALID_ARG, INTERNAL,
-    UNAVAILABLE)."""
-
-    def __init__(self, message: str, code: str):
-        super().__init__(message)
-        self.code = code
 
 
 def after_prompt(caption: str, prompt: str) -> str:
