@@ -27,12 +27,9 @@ STANDIN_MARKER = "STAND_IN.json"  # present only in a stand-in snapshot built by
 # library alone (transformers' AutoTokenizer imports torch: hundreds of MiB of the step's memory for a word
 # list; docs/performance.md, "Why the code is as it is").
 TOKENIZER_FILE = "tokenizer.json"
-# What the captioner step's clock times (its metrics, docs/profiling.md "Inside a step"): each iteration of its loop
-# (pipeline_src.steps.caption_engine: requests join, then one step of every row), and inside it the joining
-# requests' vision encoding (those that sent pixels), their prefill and the decoder step; row_step counts the rows
-# each step carried (no time of its own).
+# What the captioner step's clock times (docs/profiling.md, "Inside a step"): each iteration of its loop and, inside
+# it, the joining pixels' vision encoding, their prefill, the decoder step; row_step counts the rows a step carried.
 CAPTIONER_PHASES = ("iteration", "vision", "prefill", "decoder_step", "row_step")
-OUTER_PHASE = "iteration"  # the one the others run inside (what it has beyond them: the host's share)
 
 
 def standin_info(model_dir: str | Path) -> dict | None:

@@ -5,7 +5,6 @@ a config naming another class than the one ``model.py`` reads."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -87,9 +86,6 @@ class StepSettings:
 
     def validate(self) -> None:
         """Subclasses check ranges here."""
-
-    def replace(self: T, **changes: Any) -> T:
-        return dataclasses.replace(self, **changes)
 
 
 def _parse(kind: type, text: str) -> Any:
