@@ -13,7 +13,7 @@ from pipeline_src.steps.batching import non_finite_problem, shape_groups
 from pipeline_src.steps.onnx_contract import check_graph_against_config
 from pipeline_src.steps.onnx_runtime import OnnxFileModel
 from pipeline_src.steps.settings import OnnxFileSettings
-from pipeline_src.steps.triton_step import StepContext, answer_stacked, input_array
+from pipeline_src.steps.triton_step import StepContext, answer_stacked, input_array, input_problem
 
 
 class OnnxFileStep:
@@ -53,10 +53,7 @@ class OnnxFileStep:
     def _answer_alone(self, request):
         """max_batch_size 0: each request is one run of the graph, at its own shapes."""
         values = {name: input_array(request, name) for name in self.model.inputs}
-        problem = next(
-            (f"{name}: {problem}" for name, check in self.checks.items() if (problem := check(values[name]))), None
-        )
-        if problem:
+        if problem := input_problem(values, self.checks):
             return self.step.error(problem)
         try:
             outputs = self.model(values)

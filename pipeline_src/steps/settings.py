@@ -274,11 +274,8 @@ class CaptionerSettings(PrecisionSettings):
 
     def validate(self) -> None:
         super().validate()
-        _require(self.max_new_tokens > 0, "max_new_tokens must be positive")
-        _require(self.repetition_penalty > 0, "repetition_penalty must be positive")
-        _require(self.max_prompt_tokens > 0, "max_prompt_tokens must be positive")
-        _require(self.rows_in_flight > 0, "rows_in_flight must be positive")
+        sizes = ("max_new_tokens", "max_prompt_tokens", "rows_in_flight", "max_waiting_requests")
+        for name in (*sizes, "repetition_penalty", "waiting_timeout_microseconds"):
+            _require(getattr(self, name) > 0, f"{name} must be positive")
         _require(self.mode in self.MODES, f"mode must be one of {self.MODES}")
-        _require(self.max_waiting_requests > 0, "max_waiting_requests must be positive")
-        _require(self.waiting_timeout_microseconds > 0, "waiting_timeout_microseconds must be positive")
         _require(self.intra_op_threads >= 0, "intra_op_threads must be >= 0")

@@ -10,6 +10,12 @@ import triton_python_backend_utils as pb_utils
 
 from pipeline_src.steps.phase_clock import PhaseClock
 
+
+def families(kind, *named: tuple[str, str]) -> list:
+    """Triton metric families of ``kind`` (COUNTER, GAUGE), each (name, description)."""
+    return [pb_utils.MetricFamily(name=name, description=description, kind=kind) for name, description in named]
+
+
 SECONDS = "food11_step_phase_seconds_total"
 RUNS = "food11_step_phase_runs_total"
 
@@ -18,19 +24,15 @@ class StepPhaseMetrics:
     """Adds a ``PhaseClock``'s totals to the step's counters, once per execute (each add is a message to Triton)."""
 
     def __init__(self, model: str, version: str, phases: Iterable[str]):
-        seconds = pb_utils.MetricFamily(
-            name=SECONDS, description="Wall seconds a food11 step spent per phase", kind=pb_utils.MetricFamily.COUNTER
+        seconds, runs = families(
+            pb_utils.MetricFamily.COUNTER,
+            (SECONDS, "Wall seconds a food11 step spent per phase"),
+            (RUNS, "How many times a food11 step ran each phase"),
         )
-        runs = pb_utils.MetricFamily(
-            name=RUNS, description="How many times a food11 step ran each phase", kind=pb_utils.MetricFamily.COUNTER
-        )
-        self._counters = {
-            phase: (
-                seconds.Metric(labels={"model": model, "version": version, "phase": phase}),
-                runs.Metric(labels={"model": model, "version": version, "phase": phase}),
-            )
-            for phase in phases
-        }
+        self._counters = {}
+        for phase in phases:
+            labels = {"model": model, "version": version, "phase": phase}
+            self._counters[phase] = (seconds.Metric(labels=labels), runs.Metric(labels=labels))
         # Kept, and after the counters: Triton refuses a Metric whose family is gone, and a step's attributes
         # are deleted in the order they were set.
         self._families = (seconds, runs)
@@ -53,11 +55,10 @@ class StepLoadGauges:
 
     def __init__(self, model: str, version: str):
         labels = {"model": model, "version": version}
-        waiting = pb_utils.MetricFamily(
-            name=WAITING, description="Requests waiting inside a food11 step", kind=pb_utils.MetricFamily.GAUGE
-        )
-        in_flight = pb_utils.MetricFamily(
-            name=IN_FLIGHT, description="Rows a food11 step is working on", kind=pb_utils.MetricFamily.GAUGE
+        waiting, in_flight = families(
+            pb_utils.MetricFamily.GAUGE,
+            (WAITING, "Requests waiting inside a food11 step"),
+            (IN_FLIGHT, "Rows a food11 step is working on"),
         )
         self._waiting, self._in_flight = waiting.Metric(labels=labels), in_flight.Metric(labels=labels)
         self._families = (waiting, in_flight)  # kept after the metrics (see StepPhaseMetrics)

@@ -15,6 +15,8 @@ import triton_python_backend_utils as pb_utils
 
 from pipeline_src.steps.batching import bytes_rows, compute_stacked
 
+Checks = Mapping[str, Callable[[np.ndarray], str | None]]  # per input: what is wrong with its rows, or None
+
 
 class StepContext:
     """The ``args`` Triton passes to ``initialize``, decoded."""
@@ -44,14 +46,15 @@ class StepContext:
         return [self.error(f"internal error: {exc}", pb_utils.TritonError.INTERNAL) for _ in requests]
 
 
-def input_array(request, name: str):
-    return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-
-
-def optional_array(request, name: str):
-    """An optional input's array, None where the request does not carry it."""
+def input_array(request, name: str, optional: bool = False):
+    """An input's array; ``optional``: None where the request does not carry it."""
     tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy()
+    return None if optional and tensor is None else tensor.as_numpy()
+
+
+def input_problem(values: Mapping[str, np.ndarray], checks: Checks) -> str | None:
+    """The first of a request's inputs whose check finds a problem, named."""
+    return next((f"{name}: {problem}" for name, check in checks.items() if (problem := check(values[name]))), None)
 
 
 def bytes_tensor(name: str, values: list[str]) -> pb_utils.Tensor:
@@ -63,20 +66,16 @@ def answer_stacked(
     requests: list,
     inputs: Sequence[str],
     compute: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]],
-    checks: Mapping[str, Callable[[np.ndarray], str | None]] | None = None,
+    checks: Checks | None = None,
 ) -> list:
     """The responses, in order, to requests computed as one stack (``compute_stacked``). Each is checked alone first
-    (``checks``: per input, what is wrong with its rows, or None): a bad one gets its own INVALID_ARG naming the step
-    and input, as raising would fail every request batched with it. A failed run or broken output contract is
-    INTERNAL for each request it held."""
+    (``checks``): a bad one gets its own INVALID_ARG naming the step and input, as raising would fail every request
+    batched with it. A failed run or broken output contract is INTERNAL for each request it held."""
     responses: list = [None] * len(requests)
     served, arrays = [], []
     for index, request in enumerate(requests):
         values = {name: input_array(request, name) for name in inputs}
-        problem = next(
-            (f"{name}: {problem}" for name, check in (checks or {}).items() if (problem := check(values[name]))), None
-        )
-        if problem:
+        if problem := input_problem(values, checks or {}):
             responses[index] = step.error(problem)
         else:
             served.append(index)

@@ -14,7 +14,7 @@ from pipeline_src.steps.captioning import CAPTIONER_PHASES, GreedyCaptioner, sta
 from pipeline_src.steps.device_vision import LazyDeviceVision
 from pipeline_src.steps.settings import CaptionerSettings
 from pipeline_src.steps.step_metrics import StepLoadGauges, StepPhaseMetrics
-from pipeline_src.steps.triton_step import StepContext, input_array, optional_array
+from pipeline_src.steps.triton_step import StepContext, input_array
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 CAPTION, ERROR, MODE = "CAPTION", "CAPTION_ERROR", "CAPTION_MODE"
@@ -78,7 +78,9 @@ class TritonPythonModel:
             deadline = self.policy.deadline(arrived, request.timeout())
             prompts = input_array(request, "PROMPT").reshape(-1)
             answer = self._answerer(sender, len(prompts), in_band)
-            embeds, pixels = (optional_array(request, name) for name in ("IMAGE_EMBEDS", "CAPTIONER_PIXELS"))
+            embeds, pixels = (
+                input_array(request, name, optional=True) for name in ("IMAGE_EMBEDS", "CAPTIONER_PIXELS")
+            )
             try:
                 if embeds is not None and embeds.shape[-1] != self.width:
                     problem = f"IMAGE_EMBEDS: width {embeds.shape[-1]}, the captioner's is {self.width}"
