@@ -4,12 +4,12 @@
 
 1. perf_analyzer on the ensemble and each step alone over concurrency levels, with Triton's per-step statistics.
 2. The product's HTTP API against baseline (a), the course's one-process FastAPI server, by one load generator.
-3. A soak at fixed concurrency, sampling the memory of tritonserver and its stubs.
-4. Baseline (b), the limit: the same steps in-process, no server, at the best batch size and, in alternating
+3. Baseline (b), the limit: the same steps in-process, no server, at the best batch size and, in alternating
    rounds, against the ensemble at concurrency 8; beside each throughput, the CPU seconds an image took.
 
 Same model files, photos and configuration as ``make serve``. Writes CSV, JSON, markdown and PNG plots under
-benchmarks/results/ (``--name``). Nothing is asserted: each target is reported met or missed.
+benchmarks/results/ (``--name``). Nothing is asserted: each target is reported met or missed. Memory under
+sustained load is ``make soak``'s (``--model-repository model_repository`` for the served stand-in).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 import httpx
 
 from benchmarks.lib.in_process import InProcessPipeline, best_seconds, step_settings
-from benchmarks.lib.load import latency_summary, run_load, timed
-from benchmarks.lib.memory import MemorySampler, server_cpu_seconds, server_memory_mib
+from benchmarks.lib.load import latency_summary, run_load
+from benchmarks.lib.memory import server_cpu_seconds, server_memory_mib
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.plots import latency_plot, step_split_plot, throughput_plot
 from benchmarks.lib.results import RESULTS_DIR, Provenance, collect_provenance, parse_benchmark_args, write_results
@@ -77,8 +77,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="levels at which the API and baseline (a) are driven",
     )
     parser.add_argument("--compare-requests", type=int, default=24, help="requests per path and level")
-    parser.add_argument("--soak-seconds", type=float, default=300.0)
-    parser.add_argument("--soak-concurrency", type=int, default=8)
     parser.add_argument(
         "--triton-arg",
         action="append",
@@ -209,27 +207,6 @@ def course_baseline(repository: Path, photos: list[bytes], args) -> list[dict]:
         process.wait(30)
 
 
-def soak(triton: TritonServer, photos: list[bytes], concurrency: int, seconds: float) -> dict:
-    """Load at ``concurrency`` for ``seconds`` (bounded in count too), sampling server memory."""
-
-    async def load() -> tuple:
-        async with AsyncFood11Client(triton.grpc_url, timeout_s=900) as client:
-            until = time.monotonic() + seconds
-            return await run_load(
-                lambda i: timed(client.caption([photos[i % len(photos)]])), concurrency, 100_000, until
-            )
-
-    with MemorySampler([triton.pid], every_s=10.0) as sampler:
-        latencies, wall = asyncio.run(load())
-    return {
-        "concurrency": concurrency,
-        "seconds": wall,
-        **latency_summary(latencies, wall),
-        **sampler.growth(),
-        "samples": sampler.samples,
-    }
-
-
 def offline_limit(repository: Path, photos: list[bytes], batches=(1, 2, 4, 8, 16)) -> dict:
     """Baseline (b): the steps in-process, no server, in the server's configuration."""
     pipeline = InProcessPipeline(repository)
@@ -261,7 +238,7 @@ def check(target: str, goal: str, value: float, met: bool) -> dict:
 
 
 def targets(
-    rows: list[dict], api: list[dict], course: list[dict], soaked: dict, offline: dict, limit_rounds: list[dict]
+    rows: list[dict], api: list[dict], course: list[dict], offline: dict, limit_rounds: list[dict]
 ) -> list[dict]:
     def ensemble(concurrency: int) -> dict:
         return next(
@@ -300,10 +277,6 @@ def targets(
         checks.append(check("product API / course server throughput at c=8", ">= 2", ratio, ratio >= 2))
         ratio = at(api, 8)["p95_ms"] / at(course, 8)["p95_ms"]
         checks.append(check("product API p95 / course server p95 at c=8", "< 1", ratio, ratio < 1))
-    if soaked:
-        target = f"memory: peak PSS growth over {soaked['seconds']:.0f} s at c={soaked['concurrency']}"
-        growth = soaked["growth_peak_over_first"]
-        checks.append(check(target, "<= 10 %", growth, growth <= 0.10))
     return checks
 
 
@@ -400,15 +373,6 @@ def markdown(name: str, result: dict) -> str:
         markdown_table(title, paragraphs, columns, rows, level=1 if index == 0 else 2)
         for index, (title, paragraphs, columns, rows) in enumerate(sections)
     ]
-    if result.get("soak"):
-        soak = result["soak"]
-        parts.append(
-            f"## Soak\n\n{soak['requests']} requests in {soak['seconds']:.0f} s at concurrency {soak['concurrency']}: "
-            f"{soak['throughput']:.2f} req/s, p50 {soak['p50_ms']:.0f} ms, p99 {soak['p99_ms']:.0f} ms. Server PSS "
-            f"{soak['pss_first_mib']:.0f} MiB first, {soak['pss_peak_mib']:.0f} MiB peak, "
-            f"{soak['pss_last_mib']:.0f} MiB "
-            f"last ({soak['growth_peak_over_first'] * 100:+.1f} % peak over first).\n"
-        )
     return "\n".join(parts)
 
 
@@ -443,7 +407,6 @@ def main(argv=None) -> None:
             api_rows = asyncio.run(drive_http(api.url, photos, args.compare_concurrency, args.compare_requests))
         finally:
             api.stop()
-        soaked = soak(triton, photos, args.soak_concurrency, args.soak_seconds) if args.soak_seconds > 0 else {}
         memory_after = server_memory_mib(triton.pid)
     course_rows = course_baseline(repository, photos, args)
     offline = offline_limit(repository, photos)
@@ -457,11 +420,10 @@ def main(argv=None) -> None:
         "step_split": splits,
         "api": api_rows,
         "course": course_rows,
-        "soak": soaked,
         "offline": offline,
         "limit_rounds": limit_rounds,
     }
-    result["targets"] = targets(rows, api_rows, course_rows, soaked, offline, limit_rounds)
+    result["targets"] = targets(rows, api_rows, course_rows, offline, limit_rounds)
     print(write_bench_results(args.name, result, collect_provenance()).read_text())
 
 
