@@ -32,7 +32,7 @@ from benchmarks.lib.load import latency_summary, run_load
 from benchmarks.lib.memory import server_cpu_seconds, server_memory_mib
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.plots import latency_plot, step_split_plot, throughput_plot
-from benchmarks.lib.results import RESULTS_DIR, Provenance, collect_provenance, parse_benchmark_args, write_results
+from benchmarks.lib.results import RESULTS_DIR, benchmark_cli, collect_provenance, parse_benchmark_args, write_results
 from benchmarks.lib.triton_stats import STEPS, figures_since, model_counters, snapshot
 from food11_client import AsyncFood11Client
 from pipeline_src import PROJECT_ROOT
@@ -53,13 +53,7 @@ OFFLINE_REPEATS = 3
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--repository",
-        type=Path,
-        default=PROJECT_ROOT / "model_repository",
-        help="a built repository (make models); default: %(default)s",
-    )
+    parser = benchmark_cli(__doc__, "bench", repository=True)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--models", nargs="+", default=[ENSEMBLE, *STEPS])
     parser.add_argument("--photos", type=int, default=12, help="distinct photos in the input data")
@@ -90,7 +84,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=3,
         help="alternating rounds of the ensemble at concurrency 8 and the in-process steps at batch 8 (0: none)",
     )
-    parser.add_argument("--name", default="bench", help="results file names, without extension")
     return parse_benchmark_args(parser, argv)
 
 
@@ -288,8 +281,9 @@ def write_csv(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def write_bench_results(name: str, result: dict, provenance: Provenance) -> Path:
+def write_bench_results(name: str, result: dict) -> Path:
     """JSON and markdown through the shared writer; beside them the CSV and the plots, which name the commit."""
+    provenance = collect_provenance()
     commit = provenance.commit + ("" if provenance.clean else " (DIRTY TREE)")
     subtitle = f"{result['blip']}, commit {commit}\n{provenance.machine}"
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
@@ -424,7 +418,7 @@ def main(argv=None) -> None:
         "limit_rounds": limit_rounds,
     }
     result["targets"] = targets(rows, api_rows, course_rows, offline, limit_rounds)
-    print(write_bench_results(args.name, result, collect_provenance()).read_text())
+    print(write_bench_results(args.name, result).read_text())
 
 
 async def _warm_up(grpc_url: str, photos: list[bytes]) -> None:

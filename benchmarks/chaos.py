@@ -27,7 +27,7 @@ from benchmarks.lib.chaos_report import fault_figures, in_window, kind_summary, 
 from benchmarks.lib.chaos_serve import ECHOED, Served
 from benchmarks.lib.load import OK, UNANSWERED, WRONG, Outcome, correct_since, ground_truth, run_load, upload
 from benchmarks.lib.photos import varied_photos
-from benchmarks.lib.results import RESULTS_DIR, parse_benchmark_args, portable_path, write_results
+from benchmarks.lib.results import RESULTS_DIR, benchmark_cli, parse_benchmark_args, portable_path, write_results
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.serving.serve import STOPPED_STUB_NOTE
 
@@ -35,8 +35,7 @@ SCRATCH = PROJECT_ROOT / "build" / "chaos"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repository", type=Path, default=PROJECT_ROOT / "model_repository")
+    parser = benchmark_cli(__doc__, "chaos", repository=True)
     parser.add_argument("--rounds", type=int, default=3, help="faults of each kind (default: %(default)s)")
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), metavar="KIND", help=", ".join(KINDS))
     parser.add_argument("--concurrency", type=int, default=3)
@@ -57,7 +56,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="for serve.py's start, s")
     parser.add_argument("--scratch", type=Path, default=SCRATCH, help="serve.py's work dir and Triton's log")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--name", default="chaos", help="result file names")
     return parse_benchmark_args(parser, argv)
 
 

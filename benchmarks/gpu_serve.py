@@ -46,6 +46,7 @@ from benchmarks.lib.photos import FRUIT_PHOTOS, TEST_PHOTOS, varied_photos
 from benchmarks.lib.results import (
     RESULTS_DIR,
     Provenance,
+    benchmark_cli,
     collect_provenance,
     parse_benchmark_args,
     portable_path,
@@ -85,13 +86,7 @@ class OutOfTime(BaseException):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--repository",
-        type=Path,
-        default=PROJECT_ROOT / "model_repository",
-        help="a built repository (make models); default: %(default)s",
-    )
+    parser = benchmark_cli(__doc__, "gpu_serve", repository=True)
     parser.add_argument("--build", action="store_true", help="build its model files first (scripts/build_models.py)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32], help="the ensemble's levels")
     parser.add_argument(
@@ -107,7 +102,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--window", type=int, default=32, help="perf_analyzer requests per count window on the ensemble (at least 2x c)"
     )
     parser.add_argument("--classifier-window", type=int, default=1000, help="the same on the classifier alone")
-    parser.add_argument("--name", default="gpu_serve", help="results file names, without extension")
     parser.add_argument(
         "--allow-cpu",
         action="store_true",

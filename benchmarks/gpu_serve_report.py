@@ -102,12 +102,8 @@ def placement(log: str, instance_groups: Mapping[str, Sequence[Mapping]]) -> dic
             and all(device.startswith("GPU") for device in started)
             and all(names[:1] == [CUDA] for names in sessions)
         )
-        steps[model] = {
-            "config_kinds": kinds,
-            "instances": started,
-            "providers": sorted({name for names in sessions for name in names[:1]}),
-            "on_gpu": on_gpu,
-        }
+        first_choices = sorted({name for names in sessions for name in names[:1]})
+        steps[model] = dict(config_kinds=kinds, instances=started, providers=first_choices, on_gpu=on_gpu)
     return steps
 
 
@@ -256,8 +252,7 @@ def _placement_section(steps: Mapping[str, Mapping], for_gpu: Sequence[str]) -> 
         if off
         else f"{', '.join(for_gpu)}: on the GPU, with {CUDA} first (config, Triton's log and the steps' own log)."
     )
-    columns = ["step", "config kinds", "instances started on", "ONNX Runtime provider", "on the GPU"]
-    return markdown_table("Where each step runs", [summary], columns, rows, level=2)
+    return markdown_table("Where each step runs", [summary], list(rows[0]), rows, level=2)
 
 
 def _captions_section(captions: Mapping[str, Mapping], photos: int, reference: Mapping = {}) -> str:
@@ -301,29 +296,18 @@ def markdown(result: Mapping) -> str:
         for_gpu = result.get("gpu_steps") or gpu_steps(PROJECT_ROOT / "model_repository")
         parts.append(_placement_section(result["placement"], for_gpu))
     if result.get("perf_analyzer"):
-        columns = [c for c in PERF_COLUMNS if any(c in row for row in result["perf_analyzer"])]
-        parts.append(
-            markdown_table(
-                "perf_analyzer (latency in ms; per step: Triton's mean batch, queue and compute ms per request)",
-                [],
-                columns,
-                result["perf_analyzer"],
-                level=2,
-            )
-        )
-        timed = [row for row in result["perf_analyzer"] if "captioner_iteration_ms" in row]
+        rows = result["perf_analyzer"]
+        columns = [c for c in PERF_COLUMNS if any(c in row for row in rows)]
+        title = "perf_analyzer (latency in ms; per step: Triton's mean batch, queue and compute ms per request)"
+        parts.append(markdown_table(title, [], columns, rows, level=2))
+        timed = [row for row in rows if "captioner_iteration_ms" in row]
         if timed:
-            parts.append(
-                markdown_table(
-                    "Inside the captioner (its own clock: the captions in progress per decoder step; ms per run: an "
-                    "iteration of its loop, a joining request's prefill, one decoder step for every row, and what an "
-                    "iteration spent outside both)",
-                    [],
-                    list(CAPTIONER_PHASE_COLUMNS),
-                    timed,
-                    level=2,
-                )
+            title = (
+                "Inside the captioner (its own clock: the captions in progress per decoder step; ms per run: an "
+                "iteration of its loop, a joining request's prefill, one decoder step for every row, and what an "
+                "iteration spent outside both)"
             )
+            parts.append(markdown_table(title, [], CAPTIONER_PHASE_COLUMNS, timed, level=2))
     if result.get("captions"):
         parts.append(_captions_section(result["captions"], result.get("photos", 0), result.get("reference", {})))
     for stage, error in result.get("errors", {}).items():

@@ -10,7 +10,6 @@ it settled. Figures: ``benchmarks/results/overload.{json,md}`` (the markdown: be
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -29,7 +28,7 @@ from benchmarks.lib.load import OK, ground_truth, judge, latency_summary, run_lo
 from benchmarks.lib.memory import server_memory_mib
 from benchmarks.lib.percentiles import percentile
 from benchmarks.lib.photos import varied_photos
-from benchmarks.lib.results import parse_benchmark_args, write_results
+from benchmarks.lib.results import benchmark_cli, parse_benchmark_args, write_results
 from benchmarks.overload_report import markdown
 from food11_api.settings import ApiSettings
 from food11_client import AsyncFood11Client
@@ -215,14 +214,8 @@ async def sweep(api_url: str, pids: tuple[int, int], photos, truth, capacity_per
     for phase, (_, label) in enumerate(STEPS):
         start, end = phase * seconds, (phase + 1) * seconds
         mine = [o for o in outcomes if o["phase"] == phase]
-        steps.append(
-            {
-                "phase": label,
-                **summary(mine, seconds, capacity_per_s),
-                **settle_s(samples, start, end),
-                **limit_seen(samples, start, end),
-            }
-        )
+        row = {"phase": label, **summary(mine, seconds, capacity_per_s), **settle_s(samples, start, end)}
+        steps.append(row | limit_seen(samples, start, end))
         print(json.dumps(steps[-1]), flush=True)
     return rows, steps, [list(sample) for sample in samples]
 
@@ -270,7 +263,7 @@ def measure_machine(machine: Machine, repository: Path, levels, seconds) -> dict
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_cli(__doc__, "overload")
     parser.add_argument(
         "--machines", nargs="+", choices=("this", "slower", "faster"), default=["this", "slower", "faster"]
     )
@@ -280,21 +273,13 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--slower-cpus", type=float, default=0.6, help="the slower machine's CPU quota (default: %(default)s)"
     )
-    parser.add_argument("--name", default="overload", help="result file names under benchmarks/results/")
     args = parse_benchmark_args(parser, argv)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     base = PROJECT_ROOT / "model_repository"
+    held = f"the same, servers held to {args.slower_cpus:g} of one CPU (cgroup quota)"
     machines = {
         "this": (Machine("this", "this machine, the base stand-in"), base, args.seconds),
-        "slower": (
-            Machine(
-                "slower",
-                f"the same, servers held to {args.slower_cpus:g} of one CPU (cgroup quota)",
-                cpus=args.slower_cpus,
-            ),
-            base,
-            args.seconds,
-        ),
+        "slower": (Machine("slower", held, cpus=args.slower_cpus), base, args.seconds),
         "faster": (Machine("faster", "this machine, the tiny stand-in"), None, args.faster_seconds),
     }
     if "slower" in args.machines and (why := CpuQuota(args.slower_cpus).available()):

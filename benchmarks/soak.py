@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.lib.photos import varied_photos
-from benchmarks.lib.results import parse_benchmark_args, portable_path, write_results
+from benchmarks.lib.results import benchmark_cli, parse_benchmark_args, portable_path, write_results
 from benchmarks.lib.soak import soak
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.model_build.cli import tiny_repository
@@ -27,7 +27,7 @@ MAX_MEMORY_GROWTH = 0.10
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_cli(__doc__, "soak")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--photos", type=int, default=60, help="distinct photos: real ones, then crops and rescalings")
@@ -36,24 +36,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         type=Path,
         help="default: a copy with the tiny BLIP stand-in, built once under build/soak/",
     )
-    parser.add_argument("--name", default="soak", help="result file names under benchmarks/results/")
     return parse_benchmark_args(parser, argv)
 
 
 def markdown(result: dict) -> str:
+    growth = f"{result['growth_last_over_first']:+.1%} (peak {result['growth_peak_over_first']:+.1%})"
     checks = [
-        {"check": "failed", "goal": 0, "value": result["failed"]},
-        {"check": "lost (sent, not answered exactly once)", "goal": 0, "value": result["lost"]},
-        {
-            "check": "answers not matching their own photo (id, label, probability)",
-            "goal": 0,
-            "value": result["mismatched"],
-        },
-        {
-            "check": "server PSS, last sample over first after warm-up",
-            "goal": f"< {MAX_MEMORY_GROWTH:+.0%}",
-            "value": f"{result['growth_last_over_first']:+.1%} (peak {result['growth_peak_over_first']:+.1%})",
-        },
+        ("failed", 0, result["failed"]),
+        ("lost (sent, not answered exactly once)", 0, result["lost"]),
+        ("answers not matching their own photo (id, label, probability)", 0, result["mismatched"]),
+        ("server PSS, last sample over first after warm-up", f"< {MAX_MEMORY_GROWTH:+.0%}", growth),
     ]
     paragraphs = [
         f"{result['repository']}.",
@@ -66,7 +58,8 @@ def markdown(result: dict) -> str:
         f"({len(result['memory_samples'])} samples).",
         "**All checks passed.**" if result["passed"] else "**FAILED**: " + "; ".join(result["examples"]),
     ]
-    return markdown_table("Soak through the API", paragraphs, ["check", "goal", "value"], checks)
+    columns = ["check", "goal", "value"]
+    return markdown_table("Soak through the API", paragraphs, columns, [dict(zip(columns, row)) for row in checks])
 
 
 def main(argv=None) -> None:
@@ -82,24 +75,13 @@ def main(argv=None) -> None:
         try:
             api.wait_until_alive()
             print(f"soaking: {args.requests} requests at concurrency {args.concurrency} through {api.url}", flush=True)
-            result = asyncio.run(
-                soak(
-                    api.url,
-                    triton.grpc_url,
-                    photos,
-                    args.requests,
-                    args.concurrency,
-                    server_pids=(triton.pid, api.process.pid),
-                )
-            )
+            pids = (triton.pid, api.process.pid)
+            result = asyncio.run(soak(api.url, triton.grpc_url, photos, args.requests, args.concurrency, pids))
         finally:
             api.stop()
     result["passed"] = result["ok"] and result["growth_last_over_first"] < MAX_MEMORY_GROWTH
-    result["repository"] = (
-        "Default: tiny BLIP stand-in (correctness under load, not speed)"
-        if args.model_repository is None
-        else f"Model repository {portable_path(args.model_repository)}"
-    )
+    tiny = "Default: tiny BLIP stand-in (correctness under load, not speed)"
+    result["repository"] = f"Model repository {portable_path(args.model_repository)}" if args.model_repository else tiny
     print(write_results(args.name, result, markdown(result)).read_text())
     sys.exit(0 if result["passed"] else 1)
 

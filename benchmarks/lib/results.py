@@ -173,6 +173,19 @@ def require_clean_tree(allow_dirty: bool, root: Path = PROJECT_ROOT) -> Provenan
     return provenance
 
 
+def benchmark_cli(doc: str | None, name: str, repository: bool = False) -> argparse.ArgumentParser:
+    """A benchmark's command line: its docstring as the description, ``--name`` (its results' file names) and,
+    for one that measures a built repository, ``--repository``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--name", default=name, help="results file names, without extension")
+    if repository:
+        default = PROJECT_ROOT / "model_repository"
+        parser.add_argument(
+            "--repository", type=Path, default=default, help="a built repository (make models); default: %(default)s"
+        )
+    return parser
+
+
 def parse_benchmark_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
     """A benchmark's arguments, ``--allow-dirty`` among them; refused at once on a dirty tree without it."""
     parser.add_argument(
