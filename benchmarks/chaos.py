@@ -184,9 +184,8 @@ def main(argv=None) -> None:
     photos = varied_photos(args.photos)
     # The API's in-flight limit pinned to the concurrency, as make soak does: a refusal for capacity would count
     # as a fault's failure.
-    env = dict(
-        os.environ, FOOD11_API_MIN_IN_FLIGHT=str(args.concurrency), FOOD11_API_MAX_IN_FLIGHT=str(args.concurrency)
-    )
+    pinned = str(args.concurrency)
+    env = dict(os.environ, FOOD11_API_MIN_IN_FLIGHT=pinned, FOOD11_API_MAX_IN_FLIGHT=pinned)
     served = Served(args.repository.resolve(), args.scratch.resolve(), ["--no-reload", *args.serve_arg], env)
     started = served.started
     try:

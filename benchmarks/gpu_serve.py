@@ -126,9 +126,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="run Triton under NVIDIA MPS (its control daemon started first, stopped after; benchmarks/lib/mps.py)",
     )
-    parser.add_argument(
-        "--deadline-s", type=float, default=None, help="stop by then, saving what was measured (default: none)"
-    )
+    parser.add_argument("--deadline-s", type=float, help="stop by then, saving what was measured (default: none)")
     parser.add_argument("--ready-timeout-s", type=float, default=180.0, help="tritonserver's start; %(default)s")
     parser.add_argument(
         "--perf-timeout-s", type=float, default=240.0, help="one perf_analyzer run at one level; %(default)s"
@@ -248,17 +246,10 @@ def hugging_face_reference(
     answer.unlink(missing_ok=True)
     np.save(folder / "pixels.npy", pixels)
     settings = pipeline.captioner_settings
-    request.write_text(
-        json.dumps(
-            {
-                "snapshot": str(pipeline.repository / "captioner" / "1" / settings.model_dir),
-                "pixels": str(folder / "pixels.npy"),
-                "prompts": prompts,
-                "max_new_tokens": settings.max_new_tokens,
-                "repetition_penalty": settings.repetition_penalty,
-            }
-        )
-    )
+    snapshot = pipeline.repository / "captioner" / "1" / settings.model_dir
+    job: dict[str, object] = {"snapshot": str(snapshot), "pixels": str(folder / "pixels.npy"), "prompts": prompts}
+    job |= {"max_new_tokens": settings.max_new_tokens, "repetition_penalty": settings.repetition_penalty}
+    request.write_text(json.dumps(job))
     python = os.environ.get(REFERENCE_PYTHON) or sys.executable
     script = PROJECT_ROOT / "benchmarks" / "hf_reference.py"
     done = subprocess.run(
@@ -273,12 +264,8 @@ def reference_keys(pipeline: InProcessPipeline, pixels: np.ndarray, asked: list[
     """Each (photo, prompt)'s key among carried captions (benchmarks/lib/carried_reference.py)."""
     settings = pipeline.captioner_settings
     weights = carried_reference.weights_sha256(pipeline.repository / "captioner" / "1" / settings.model_dir)
-    return [
-        carried_reference.caption_key(
-            weights, pixels[photo], prompt, settings.max_new_tokens, settings.repetition_penalty
-        )
-        for photo, prompt in asked
-    ]
+    generation = (settings.max_new_tokens, settings.repetition_penalty)
+    return [carried_reference.caption_key(weights, pixels[photo], prompt, *generation) for photo, prompt in asked]
 
 
 def reference_captions(

@@ -9,6 +9,11 @@ from food11_api.settings import ApiSettings
 from pipeline_src.profiling.report import markdown_table
 
 
+def _shown(template: str, *values: float | None) -> str:
+    """``values`` in ``template``, or "-" where there were none (no refusal, no answer, no limit sampled)."""
+    return "-" if None in values else template.format(*values)
+
+
 def table_row(row: dict) -> dict:
     """One level's or step's figures as the table's cells ("-" where there were none)."""
     return {
@@ -17,21 +22,13 @@ def table_row(row: dict) -> dict:
         "answered": row["answered"],
         "goodput / capacity": row["goodput_share"],
         "refused at the door": row["refused"],
-        "refusal p99 / max (ms)": "-"
-        if row["refusal_max_ms"] is None
-        else f"{row['refusal_p99_ms']:.1f} / {row['refusal_max_ms']:.1f}",
-        "of which in the API, max (ms)": "-"
-        if row["refusal_in_the_api_max_ms"] is None
-        else f"{row['refusal_in_the_api_max_ms']:.2f}",
+        "refusal p99 / max (ms)": _shown("{:.1f} / {:.1f}", row["refusal_p99_ms"], row["refusal_max_ms"]),
+        "of which in the API, max (ms)": _shown("{:.2f}", row["refusal_in_the_api_max_ms"]),
         "Retry-After (s)": ", ".join(map(str, row["retry_after_s"][:6])) or "-",
         "admitted, then failed": row["admitted_then_failed"],
-        "answered p50 / p99 (ms)": "-"
-        if row["answered_p99_ms"] is None
-        else f"{row['answered_p50_ms']:.0f} / {row['answered_p99_ms']:.0f}",
-        "limit (min-max; settled)": f"{row['limit_min']:g}-{row['limit_max']:g}; {row['settled_limit']:g}"
-        if row["settled_limit"] is not None
-        else "-",
-        "settle (s)": "-" if row["settle_s"] is None else f"{row['settle_s']:.1f}",
+        "answered p50 / p99 (ms)": _shown("{:.0f} / {:.0f}", row["answered_p50_ms"], row["answered_p99_ms"]),
+        "limit (min-max; settled)": _shown("{:g}-{:g}; {:g}", row["limit_min"], row["limit_max"], row["settled_limit"]),
+        "settle (s)": _shown("{:.1f}", row["settle_s"]),
     }
 
 

@@ -78,6 +78,8 @@ async def soak(
         outcomes = await drive_api(api_url, photos, truth, total, concurrency)
     wall_s = time.perf_counter() - started
     checks = check(outcomes, total)
+    latency = latency_summary([o.ended - o.sent for o in outcomes], wall_s)
+    del latency["requests"]  # the result's "requests" are those sent, answered or not
     return {
         "requests": total,
         "warmup_requests": warmup,
@@ -91,11 +93,7 @@ async def soak(
         "mismatched": len(checks.mismatched),
         "ok": checks.ok,
         "wall_s": wall_s,
-        **{
-            key: value
-            for key, value in latency_summary([o.ended - o.sent for o in outcomes], wall_s).items()
-            if key != "requests"
-        },
+        **latency,
         **(sampler.growth() if sampler else {}),
         "memory_samples": sampler.samples if sampler else [],
         "examples": (checks.failed + checks.lost + checks.mismatched)[:10],
