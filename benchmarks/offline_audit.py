@@ -105,12 +105,8 @@ def fixed_versions(record: Advisory, name: str) -> list[str]:
 
 
 def installed() -> dict[str, str]:
-    frozen = subprocess.run(
-        [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    freeze = [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"]
+    frozen = subprocess.run(freeze, capture_output=True, text=True, check=True).stdout
     pins = (re.match(r"^([A-Za-z0-9._-]+)==(\S+)", line) for line in frozen.splitlines())
     return {canonicalize_name(match[1]): match[2] for match in pins if match}
 
@@ -133,10 +129,8 @@ def pinned(pyproject: Path) -> dict[str, str]:
 
 
 def database_commit(root: Path) -> str:
-    commit = subprocess.run(
-        ["git", "-C", str(root), "log", "-1", "--format=%h (%cs)"], capture_output=True, text=True
-    ).stdout.strip()
-    return commit or "not a git checkout"
+    done = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h (%cs)"], capture_output=True, text=True)
+    return done.stdout.strip() or "not a git checkout"
 
 
 def main(argv=None) -> None:
@@ -152,16 +146,9 @@ def main(argv=None) -> None:
             continue
         for record in database.get(name, []):
             if affects(record, name, version):
-                findings.append(
-                    {
-                        "package": name,
-                        "version": text,
-                        "id": record["id"],
-                        "aliases": record.get("aliases") or [],
-                        "fixed": fixed_versions(record, name),
-                        "summary": (record.get("summary") or record.get("details") or "").strip()[:200],
-                    }
-                )
+                found = {"package": name, "version": text, "id": record["id"], "aliases": record.get("aliases") or []}
+                summary = (record.get("summary") or record.get("details") or "").strip()[:200]
+                findings.append(found | {"fixed": fixed_versions(record, name), "summary": summary})
     commit = database_commit(args.db)
     rows = "\n".join(
         f"| {f['package']} {f['version']} | {f['id']} {' '.join(f['aliases'])} | {', '.join(f['fixed']) or 'none'} "
