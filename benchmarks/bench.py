@@ -190,11 +190,10 @@ def course_baseline(repository: Path, photos: list[bytes], args) -> list[dict]:
     process = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.lib.course_server", "--repository", str(repository), "--port", str(port)]
     )
+    url = f"http://127.0.0.1:{port}"
     try:
-        wait_for_http(process, f"http://127.0.0.1:{port}/healthz", 300, "the course-style server")
-        return asyncio.run(
-            drive_http(f"http://127.0.0.1:{port}", photos, args.compare_concurrency, args.compare_requests)
-        )
+        wait_for_http(process, f"{url}/healthz", 300, "the course-style server")
+        return asyncio.run(drive_http(url, photos, args.compare_concurrency, args.compare_requests))
     finally:
         process.terminate()
         process.wait(30)
@@ -381,12 +380,9 @@ def main(argv=None) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     input_files = write_input_data(repository, photos, scratch / "perf_input")
 
+    triton_log = scratch / "tritonserver.log"
     with TritonServer(
-        repository,
-        scratch / "triton",
-        free_ports(),
-        log_file=scratch / "tritonserver.log",
-        extra_args=tuple(args.triton_arg),
+        repository, scratch / "triton", free_ports(), log_file=triton_log, extra_args=tuple(args.triton_arg)
     ) as triton:
         asyncio.run(_warm_up(triton.grpc_url, photos))
         memory_before = server_memory_mib(triton.pid)
