@@ -109,11 +109,13 @@ async def run_faults(args, served: Served, photos: list[bytes]) -> tuple[list[Ou
             await await_recovery(injection, served, outcomes, args.cap, args.gap)
     finally:
         stop.set()
-        await running
-        await http.aclose()
-        for injection in injections:
-            if injection.resume is not None:
-                await injection.resume
+        try:
+            await running
+        finally:  # the client closed and every stopped stub resumed, however the load ended
+            await http.aclose()
+            for injection in injections:
+                if injection.resume is not None:
+                    await injection.resume
     return outcomes, injections, time.monotonic()
 
 

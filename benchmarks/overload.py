@@ -24,7 +24,7 @@ import httpx
 import numpy as np
 
 from benchmarks.lib.cpu_quota import CpuQuota
-from benchmarks.lib.load import OK, ground_truth, judge, latency_summary, run_load, timed
+from benchmarks.lib.load import FAILED, OK, ground_truth, judge, latency_summary, run_load, timed
 from benchmarks.lib.memory import server_memory_mib
 from benchmarks.lib.percentiles import percentile
 from benchmarks.lib.photos import varied_photos
@@ -146,8 +146,9 @@ async def offered_load(api_url: str, photos, truth, schedule: list[tuple[float, 
                 return
             outcome.update(status=response.status_code, latency_s=time.perf_counter() - started)
             if response.status_code == 200:
-                verdict, _, _ = judge(200, response.json(), "", "", truth[photo])  # sent without an X-Request-ID
-                outcome["kind"] = "answered" if verdict == OK else "wrong"
+                verdict, _, detail = judge(200, response.json(), "", "", truth[photo])  # sent without an X-Request-ID
+                kinds = {OK: "answered", FAILED: "failed"}  # FAILED: its own label, told its caption failed
+                outcome.update(kind=kinds.get(verdict, "wrong"), detail=detail)
             elif response.status_code == 503 and response.json()["detail"].startswith(REFUSED_AT_THE_DOOR):
                 outcome.update(
                     kind="refused",

@@ -1,6 +1,7 @@
 """Which steps of an ensemble Triton runs for a call that names some of its outputs, and the calls it cannot
 answer because of it: ``pruned_steps`` mirrors the pruning walk of Triton's ensemble scheduler, its unexpected
-decrements included, so the validator can name such calls before a caller meets them, and the fix
+decrements included (an output no call asked for counts as unneeded even where another step reads it), so the
+validator can name such calls before a caller meets them, and the fix
 (docs/EXTENDING.md, "A step after another": how Triton prunes, and how a step avoids its "unexpected deadlock").
 """
 

@@ -33,7 +33,7 @@ class OutputSpec:
 class _Answer:
     """What every answer carries: the models that served it. Its subclasses are the dataclasses."""
 
-    __dataclass_fields__: ClassVar[dict[str, Any]]
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # tells mypy that asdict(self) is sound: subclasses are dataclasses
     models: tuple[ServedModel, ...]
 
     @property

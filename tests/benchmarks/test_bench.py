@@ -67,3 +67,10 @@ def test_each_target_is_its_ratio_against_its_goal():
 
 def test_a_target_whose_figures_were_not_measured_is_left_out():
     assert targets(ROWS[2:], [], COURSE, OFFLINE, []) == []
+
+
+def test_a_round_without_a_served_cpu_figure_leaves_out_the_cpu_target_alone():
+    rounds = [{**LIMIT_ROUNDS[0], "served_cpu_s_per_image": None}, LIMIT_ROUNDS[1]]  # a window that saw no image
+    names = [verdict["target"] for verdict in targets(ROWS, API, COURSE, OFFLINE, rounds)]
+    assert "limit: ensemble throughput at c=8 / in-process at batch 8 (2 alternating rounds)" in names
+    assert not [name for name in names if name.startswith("limit: CPU seconds")]
