@@ -88,6 +88,24 @@ def test_a_fault_is_recovered_at_the_first_correct_answer_after_the_last_failure
     assert not fault_figures(slow_stub, [Outcome("g", 0, 100.0, 131.0, OK)], started=0.0)["recovered"]  # over 30 s
 
 
+def test_a_request_the_killed_stub_held_until_the_deadline_is_noted_and_read_past():
+    # Triton 2.51 never ends a request whose answer a dead stub's response sender owed: the API ends it at its deadline.
+    injection = Injection(STUB_KILL + "captioner", 1, 100.0, detected=Line(100.5, "d"))
+    window = [
+        Outcome("a", 0, 99.5, 160.0, FAILED, "504"),  # in the stub's loop when it died
+        Outcome("b", 0, 100.6, 101.0, FAILED, "503"),  # refused while it healed
+        Outcome("c", 0, 103.0, 104.0, OK),
+    ]
+    figures = fault_figures(injection, window, started=0.0)
+    assert figures["recovered"] and figures["recovery_s"] == pytest.approx(4.0)
+    assert (
+        figures["failed_by_status"] == {"503": 1, "504": 1}
+        and "ended at the API's deadline (504)" in figures["notes"][0]
+    )
+    sent_after = Outcome("d", 0, 101.0, 161.0, FAILED, "504")  # sent after the kill: counts against the heal
+    assert not fault_figures(injection, [*window, sent_after], started=0.0)["recovered"]
+
+
 def test_a_stub_whose_death_took_tritonserver_down_is_healed_by_its_restart():
     # Triton 2.51's python backend may abort when a stub dies holding their shared lock (now and then, under load).
     served = Served.__new__(Served)  # its lines alone: no serve.py
