@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
-from food11_api.middleware import error_response, over_capacity_response
+from food11_api.middleware import error_response, over_capacity_response, retry_later_response
 from food11_api.schemas import ErrorResponse
 from food11_client import (
     DeadlineExceededError,
@@ -77,10 +77,6 @@ UNAUTHORIZED: dict[int | str, dict[str, Any]] = {
 }
 
 
-def error_body(request: Request, status: int, detail: str) -> JSONResponse:
-    return error_response(status, detail, request.state.request_id)
-
-
 def _where(request: Request) -> str:
     return f"request {request.state.request_id}: {request.method} {request.url.path}"
 
@@ -89,20 +85,19 @@ async def pipeline_error(request: Request, exc: PipelineError) -> JSONResponse:
     status = next((code for kind, code in STATUS_BY_ERROR.items() if isinstance(exc, kind)), 500)
     if isinstance(exc, OverloadedError):  # Triton's queue refused it: the same answer as our own cap
         request.app.state.refusals.count("triton")
-        retry_after = request.app.state.admission.retry_after_s()
         log.info("%s -> 503 (Triton over capacity): %s", _where(request), exc)
-        return over_capacity_response(str(exc), request.state.request_id, retry_after)
+        return over_capacity_response(str(exc), request.state.request_id, request.app.state.admission.retry_after_s())
     if isinstance(exc, StepUnavailableError):  # a step's process died: the server's watchdog is healing it
         request.app.state.refusals.count("step_down")
         retry_after = request.app.state.settings.step_down_retry_after_s
         log.warning("%s -> 503 (a step is healing): %s", _where(request), exc)
         detail = f"{exc}: the step is being restarted, retry later"
-        return error_response(503, detail, request.state.request_id, **{"Retry-After": str(retry_after)})
+        return retry_later_response(detail, request.state.request_id, retry_after)
     if isinstance(exc, DeadlineExceededError) and exc.still_running is not None:
         request.state.still_running = exc.still_running  # admission holds the request's place until it ends
     log_call = log.warning if status < 500 else log.error
     log_call("%s -> %d: %s", _where(request), status, exc)
-    return error_body(request, status, str(exc))
+    return error_response(status, str(exc), request.state.request_id)
 
 
 async def client_disconnected(request: Request, _exc: ClientDisconnected) -> Response:
@@ -117,7 +112,8 @@ async def client_disconnected(request: Request, _exc: ClientDisconnected) -> Res
 
 async def unexpected_error(request: Request, _exc: Exception) -> JSONResponse:
     log.exception("%s -> 500", _where(request))
-    return error_body(request, 500, f"internal error (request id {request.state.request_id})")
+    request_id = request.state.request_id
+    return error_response(500, f"internal error (request id {request_id})", request_id)
 
 
 EXCEPTION_HANDLERS: dict[int | type[Exception], Callable[[Request, Any], Coroutine[Any, Any, Response]]] = {

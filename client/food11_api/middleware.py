@@ -9,8 +9,11 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
+from starlette.datastructures import MutableHeaders
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp
 
 from food11_api.admission import AdaptiveLimit
 from food11_api.callers import API_KEY_HEADER, BEARER_HEADER, CallerKeys, presented_key
@@ -31,14 +34,14 @@ def error_response(status: int, detail: str, request_id: str, **headers: str) ->
     return JSONResponse({"detail": detail, "request_id": request_id}, status_code=status, headers=headers)
 
 
+def retry_later_response(detail: str, request_id: str, retry_after_s: int) -> JSONResponse:
+    """503 for a request that may succeed later (overload, a model not ready), saying when to retry."""
+    return error_response(503, detail, request_id, **{"Retry-After": str(retry_after_s)})
+
+
 def over_capacity_response(reason: str, request_id: str, retry_after_s: int) -> JSONResponse:
     """The API's answer under overload, whoever refused: 503, the reason, and when to retry."""
-    return error_response(
-        503,
-        f"over capacity: {reason}; retry after {retry_after_s} s",
-        request_id,
-        **{"Retry-After": str(retry_after_s)},
-    )
+    return retry_later_response(f"over capacity: {reason}; retry after {retry_after_s} s", request_id, retry_after_s)
 
 
 def unauthorized_response(key_given: bool, request_id: str) -> JSONResponse:
@@ -57,12 +60,12 @@ def _request_id(scope) -> str:
     return scope.setdefault("state", {}).get("request_id", "")
 
 
+@dataclass
 class RequestIdMiddleware:
     """Takes the caller's X-Request-ID if it is a plain token (else makes one), puts it in ``request.state``
     and the response."""
 
-    def __init__(self, app):
-        self.app = app
+    app: ASGIApp
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -79,13 +82,13 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
+@dataclass
 class BodySizeLimitMiddleware:
     """413 for bodies over ``max_bytes``: at once from Content-Length, without reading the body;
     for chunked bodies, as soon as the bytes received pass the limit."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app = app
-        self.max_bytes = max_bytes
+    app: ASGIApp
+    max_bytes: int
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -115,15 +118,16 @@ class BodySizeLimitMiddleware:
         await self.app(scope, replay, send)
 
 
+@dataclass
 class CallerKeyMiddleware:
     """Every request but those to ``open_paths`` (or under ``open_prefixes``) must present a known caller key
     (callers.py); without one, 401 before anything else looks at it, its body unread. The caller's name goes
     into ``request.state.caller``, where admission counts its share."""
 
-    def __init__(self, app, keys: CallerKeys, open_paths: frozenset[str], open_prefixes: tuple[str, ...] = ()):
-        self.app = app
-        self.keys = keys
-        self.open_paths, self.open_prefixes = open_paths, open_prefixes
+    app: ASGIApp
+    keys: CallerKeys
+    open_paths: frozenset[str]
+    open_prefixes: tuple[str, ...] = ()
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "")
@@ -139,13 +143,13 @@ class CallerKeyMiddleware:
         await self.app(scope, receive, send)
 
 
+@dataclass
 class ServerTimingMiddleware:
     """Adds ``app;dur=<ms>`` (request received to response started) to the Server-Timing header, beside
     the ``triton;dur=`` the endpoints set: together they split a request's time into pipeline, API and
     network."""
 
-    def __init__(self, app):
-        self.app = app
+    app: ASGIApp
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -154,35 +158,31 @@ class ServerTimingMiddleware:
 
         async def send_with_timing(message):
             if message["type"] == "http.response.start":
-                app_timing = f"app;dur={(time.perf_counter() - started) * 1000:.2f}".encode()
-                headers = message.setdefault("headers", [])
-                for index, (name, value) in enumerate(headers):
-                    if name.lower() == b"server-timing":
-                        headers[index] = (name, value + b", " + app_timing)
-                        break
-                else:
-                    headers.append((b"server-timing", app_timing))
+                timing = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+                headers = MutableHeaders(scope=message)
+                earlier = headers.get("Server-Timing")  # the endpoint's triton;dur=
+                headers["Server-Timing"] = timing if earlier is None else f"{earlier}, {timing}"
             await send(message)
 
         await self.app(scope, receive, send_with_timing)
 
 
+@dataclass
 class AdmissionMiddleware:
     """Requests to ``paths`` up to the adaptive limit (admission.py); past it, 503 at once, before the body is
-    read, with ``Retry-After`` the measured drain time: an
-    API over capacity sheds load instead of queueing it until the deadline. A request given up at its
-    deadline whose Triton call runs on (Triton 2.51 cannot cancel) keeps its place until that call ends.
+    read, with ``Retry-After`` the measured drain time: an API over capacity sheds load instead of queueing it
+    until the deadline. A request given up at its deadline whose Triton call runs on (Triton 2.51 cannot cancel)
+    keeps its place until that call ends.
     The time a request was let in goes into ``request.state.admitted_at``, where the deadline of its Triton
     call counts from. With caller keys, a caller past its share of the limit is refused the same way
     (``request.state.caller``, set by CallerKeyMiddleware).
     ``refused`` is called for each refusal with what was full (the metric's ``by``): ``api``, the limit;
     ``caller_share``, the caller's share of it."""
 
-    def __init__(self, app, limit: AdaptiveLimit, paths: frozenset[str], refused: Callable[[str], None]):
-        self.app = app
-        self.limit = limit
-        self.paths = paths
-        self.refused = refused
+    app: ASGIApp
+    limit: AdaptiveLimit
+    paths: frozenset[str]
+    refused: Callable[[str], None]
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] not in self.paths:
@@ -191,13 +191,10 @@ class AdmissionMiddleware:
         admitted = self.limit.try_admit(caller)
         if admitted is None:
             self.refused(self.limit.refused_by(caller))
-            response = over_capacity_response(
-                self.limit.why_full(caller),
-                _request_id(scope),
-                self.limit.retry_after_s(),
-            )
+            why = self.limit.why_full(caller)
+            response = over_capacity_response(why, _request_id(scope), self.limit.retry_after_s())
             return await response(scope, receive, send)
-        scope.setdefault("state", {})["admitted_at"] = admitted.at
+        scope["state"]["admitted_at"] = admitted.at
         status = 0
 
         async def send_with_status(message):
@@ -218,6 +215,7 @@ class AdmissionMiddleware:
                 self.limit.finished(admitted, answered=status == 200, out_of_time=status == 504)
 
 
+@dataclass
 class StepHealthMiddleware:
     """A request to one of ``calls_by_path``'s routes that needs a model the last look found not ready
     (step_health.py; the ensemble the route calls and the outputs it names say which models it needs) gets 503 at
@@ -226,19 +224,11 @@ class StepHealthMiddleware:
     needs none of them is let through. ``refused`` is called with ``step_down`` for each refusal (the metric's
     ``by``)."""
 
-    def __init__(
-        self,
-        app,
-        health: StepHealth,
-        calls_by_path: Mapping[str, EnsembleCall],
-        retry_after_s: int,
-        refused: Callable[[str], None],
-    ):
-        self.app = app
-        self.health = health
-        self.calls_by_path = calls_by_path
-        self.retry_after_s = retry_after_s
-        self.refused = refused
+    app: ASGIApp
+    health: StepHealth
+    calls_by_path: Mapping[str, EnsembleCall]
+    retry_after_s: int
+    refused: Callable[[str], None]
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] not in self.calls_by_path:
@@ -247,7 +237,5 @@ class StepHealthMiddleware:
         if not down:
             return await self.app(scope, receive, send)
         self.refused("step_down")
-        response = error_response(
-            503, refusal_detail(down), _request_id(scope), **{"Retry-After": str(self.retry_after_s)}
-        )
+        response = retry_later_response(refusal_detail(down), _request_id(scope), self.retry_after_s)
         return await response(scope, receive, send)

@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from food11_api.dependencies import Settings
-from food11_api.errors import NOT_READY, error_body
+from food11_api.errors import NOT_READY
+from food11_api.middleware import error_response
 from food11_api.schemas import Health
 
 router = APIRouter(tags=["health"])
@@ -47,7 +48,7 @@ async def readyz(
     if why is None:
         return Health(status="ok")
     # Answered, not raised: a probe polls this while Triton is down, and that is no error to log.
-    return error_body(request, 503, why)
+    return error_response(503, why, request.state.request_id)
 
 
 # The probes: a caller key never gates them (an orchestrator's probe has none).
