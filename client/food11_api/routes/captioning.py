@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, File, Request, Response, UploadFile
@@ -17,11 +17,12 @@ from food11_api.errors import ERROR_RESPONSES, ClientDisconnected
 from food11_api.metrics import ModelAnswers
 from food11_api.schemas import CaptionResponse, ClassifyResponse, PredictRequest, PredictResponse, ServedModelInfo
 from food11_api.settings import ApiSettings
-from food11_client import AsyncFood11Client, CaptionResult
+from food11_client import CaptionResult, Classification
 from pipeline_src.contract import CLASSIFY_OUTPUTS
 
 router = APIRouter(tags=["caption"], responses=ERROR_RESPONSES)
 T = TypeVar("T")
+A = TypeVar("A", CaptionResult, Classification)  # what caption and classify answer for one photo
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -49,19 +50,17 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     raise ClientDisconnected
 
 
-async def caption_one(
-    request: Request, client: AsyncFood11Client, answers: ModelAnswers, image: bytes, response: Response
-) -> CaptionResult:
+async def answer_one(
+    request: Request, answers: ModelAnswers, response: Response, call: Callable[..., Awaitable[list[A]]], image: bytes
+) -> A:
+    """``call`` (the client's caption or classify) on one photo, with the deadline left, unless the client
+    disconnects; the models that answered counted, and Server-Timing the time spent waiting on Triton, so
+    callers can tell pipeline from API time."""
     started = time.perf_counter()
-    (result,) = await unless_disconnected(request, client.caption([image], timeout_s=deadline_left_s(request)))
+    (result,) = await unless_disconnected(request, call([image], timeout_s=deadline_left_s(request)))
     answers.count(result.models)
-    server_timing(response, started)
-    return result
-
-
-def server_timing(response: Response, started: float) -> None:
-    """Server-Timing: the time spent waiting on Triton, so callers can tell pipeline from API time."""
     response.headers["Server-Timing"] = f"triton;dur={(time.perf_counter() - started) * 1000:.2f}"
+    return result
 
 
 def deadline_left_s(request: Request) -> float:
@@ -83,7 +82,7 @@ async def caption(
     response: Response,
 ) -> CaptionResponse:
     started = time.perf_counter()
-    result = await caption_one(request, client, answers, await photo.read(), response)
+    result = await answer_one(request, answers, response, client.caption, await photo.read())
     return CaptionResponse(
         label=result.label, elapsed_ms=(time.perf_counter() - started) * 1000, **_answer_fields(result)
     )
@@ -95,7 +94,7 @@ async def caption(
 async def predict(
     body: PredictRequest, client: Client, answers: Answers, request: Request, response: Response
 ) -> PredictResponse:
-    result = await caption_one(request, client, answers, body.image, response)
+    result = await answer_one(request, answers, response, client.caption, body.image)
     return PredictResponse(prediction=result.label, **_answer_fields(result))
 
 
@@ -114,10 +113,7 @@ async def classify(
     response: Response,
 ) -> ClassifyResponse:
     started = time.perf_counter()
-    image = await photo.read()
-    (result,) = await unless_disconnected(request, client.classify([image], timeout_s=deadline_left_s(request)))
-    answers.count(result.models)
-    server_timing(response, started)
+    result = await answer_one(request, answers, response, client.classify, await photo.read())
     return ClassifyResponse(
         label=result.label,
         probability=result.probability,
