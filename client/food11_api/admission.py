@@ -129,12 +129,8 @@ class AdaptiveLimit:
             f"{self.target_latency_s:g} s at the measured {rate:.3g} per second"
         )
 
-    def drain_s(self) -> float | None:
-        """Seconds until the requests in flight are answered at the measured rate; None before any answer."""
-        rate = self.rate_per_s
-        return None if rate is None else self.in_flight / rate
-
     def retry_after_s(self) -> int:
-        """A refusal's Retry-After: the drain time in whole seconds (at least 1)."""
-        drain_s = self.drain_s()
-        return self.unmeasured_retry_after_s if drain_s is None else max(1, math.ceil(drain_s))
+        """A refusal's Retry-After: the drain time, until the requests in flight are answered at the measured
+        rate, in whole seconds (at least 1)."""
+        rate = self.rate_per_s
+        return self.unmeasured_retry_after_s if rate is None else max(1, math.ceil(self.in_flight / rate))
