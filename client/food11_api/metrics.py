@@ -119,7 +119,7 @@ class ModelReadiness(Collector):
         )
         last = self.health.last
         if last is not None and last.reachable:
-            for model in last.models:
+            for model in last.needed():
                 family.add_metric([model], 0.0 if model in last.not_ready else 1.0)
         yield family
 

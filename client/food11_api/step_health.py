@@ -40,15 +40,11 @@ class Readiness:
     error: str = ""
     not_ready: Mapping[str, str] = field(default_factory=dict)
 
-    @property
-    def models(self) -> tuple[str, ...]:
-        """Every model the ensembles are built from, and the ensembles: what ``/readyz`` needs ready."""
-        return models_of(self.graphs)
-
     def needed(self, call: EnsembleCall | None = None) -> tuple[str, ...]:
-        """The models ``call`` needs (None: every call the API makes)."""
+        """The models ``call`` needs. None: every call the API makes, so every model the ensembles are built from,
+        and the ensembles: what ``/readyz`` needs ready."""
         if call is None:
-            return self.models
+            return models_of(self.graphs)
         graph = next((graph for graph in self.graphs if graph.ensemble == call.ensemble), None)
         return (graph or EnsembleGraph.alone(call.ensemble)).needed(call.outputs)
 
@@ -195,20 +191,17 @@ class StepHealth:
         except PipelineError:  # unloaded (or Triton away): what was read before, else the ensemble alone
             return self._graphs.get(ensemble) or EnsembleGraph.alone(ensemble)
         steps = steps_of(config)
-        callers = list(dict.fromkeys(step.model for step in steps)) or [ensemble]  # no ensemble: itself
-        asked = [name for name in callers if name != ensemble]
+        names = list(dict.fromkeys(step.model for step in steps))
         answers = await asyncio.gather(
-            *(client.model_config(name, self.timeout_s) for name in asked), return_exceptions=True
+            *(client.model_config(name, self.timeout_s) for name in names), return_exceptions=True
         )
-        read: dict[str, dict | BaseException] = {ensemble: config, **dict(zip(asked, answers))}
-        complete = True
-        for name in callers:
-            answer = read[name]
-            if isinstance(answer, BaseException):  # an unloaded step: its callees as last read
-                complete = False
-                continue
-            self._callees[name] = bls_callees(answer)
-        callees = {name: self._callees[name] for name in callers if name in self._callees}
+        # The models that call others by BLS: the steps, or a model that is no ensemble itself.
+        read: dict[str, dict | BaseException] = dict(zip(names, answers)) if steps else {ensemble: config}
+        for name, answer in read.items():
+            if not isinstance(answer, BaseException):  # an unloaded step keeps its callees as last read
+                self._callees[name] = bls_callees(answer)
+        callees = {name: self._callees[name] for name in read if name in self._callees}
+        complete = not any(isinstance(answer, BaseException) for answer in read.values())
         return EnsembleGraph(ensemble, output_names(config), steps, callees, complete)
 
     async def _look(self, client: AsyncFood11Client, graphs: tuple[EnsembleGraph, ...]) -> Readiness:
