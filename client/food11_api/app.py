@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
 from starlette.formparsers import MultiPartParser
 
+from food11_api import metrics
 from food11_api.admission import AdaptiveLimit
 from food11_api.callers import CallerKeys
 from food11_api.dependencies import get_caller
 from food11_api.errors import EXCEPTION_HANDLERS, UNAUTHORIZED
 from food11_api.extra_outputs import learn_extra_outputs, with_extra_outputs
-from food11_api.metrics import (
-    METRICS_PATH,
-    ModelAnswers,
-    ModelReadiness,
-    Refusals,
-    ResponseCacheStats,
-    instrument,
-    observe_admission,
-    observe_callers,
-)
 from food11_api.middleware import (
     AdmissionMiddleware,
     BodySizeLimitMiddleware,
@@ -44,7 +34,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     settings = settings or ApiSettings()
     keys = CallerKeys.read(settings.keys_file) if settings.keys_file is not None else None
 
-    @asynccontextmanager
+    @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         # One asyncio gRPC channel for the whole process, opened at start-up, closed at shutdown.
         app.state.client = AsyncFood11Client(
@@ -111,24 +101,24 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.add_middleware(
             CallerKeyMiddleware,
             keys=keys,
-            open_paths=health.PROBE_PATHS | pages.PAGE_PATHS | {METRICS_PATH, app.openapi_url or ""},
+            open_paths=health.PROBE_PATHS | pages.PAGE_PATHS | {metrics.METRICS_PATH, app.openapi_url or ""},
             open_prefixes=(pages.ASSETS_PREFIX,),
         )
     app.add_middleware(ServerTimingMiddleware)
     app.add_middleware(RequestIdMiddleware)  # every response, 413 and 401 included, carries the id
-    registry = instrument(app)  # outermost: counts the middlewares' answers too
-    app.state.model_answers = ModelAnswers(registry)
-    app.state.refusals = Refusals(registry)
-    observe_admission(registry, app.state.admission)
-    registry.register(ModelReadiness(app.state.step_health))
-    app.state.response_cache_stats = ResponseCacheStats([settings.model_name, settings.classify_model_name])
+    registry = metrics.instrument(app)  # outermost: counts the middlewares' answers too
+    app.state.model_answers = metrics.ModelAnswers(registry)
+    app.state.refusals = metrics.Refusals(registry)
+    metrics.observe_admission(registry, app.state.admission)
+    registry.register(metrics.ModelReadiness(app.state.step_health))
+    app.state.response_cache_stats = metrics.ResponseCacheStats([settings.model_name, settings.classify_model_name])
     registry.register(app.state.response_cache_stats)
 
     needs_key: dict[str, Any] = {}
     if keys is not None:
         # The routes that need a key say so in the schema (Swagger's Authorize button) and document 401.
         needs_key = {"dependencies": [Depends(get_caller)], "responses": UNAUTHORIZED}
-        observe_callers(registry, app.state.admission, keys.names)
+        metrics.observe_callers(registry, app.state.admission, keys.names)
     app.include_router(captioning.router, **needs_key)
     app.include_router(models.router, **needs_key)
     app.include_router(health.router)
