@@ -27,7 +27,7 @@ from pipeline_src.serving.launcher import (
     chosen_model_control,
     triton_server,
 )
-from pipeline_src.serving.ports import Ports, check_ports_free
+from pipeline_src.serving.ports import check_ports_free
 from pipeline_src.serving.processes import ServerStartError
 from pipeline_src.serving.reload import DEFAULT_PACKAGES, StepReloader, validator_errors
 from pipeline_src.serving.settings import ServeSettings, settings_from
@@ -45,9 +45,9 @@ STOPPED_STUB_NOTE = (
 def validate_or_exit(model_repository: Path) -> None:
     """Refuse to start on a repository with errors: the validator names every fault in a second, where
     Triton would load every step first and then stop on one, in its own words."""
-    report = validate_repository(model_repository)
-    print(report.text(), file=sys.stdout if report.ok else sys.stderr, flush=True)
-    if not report.ok:
+    validation = validate_repository(model_repository)
+    print(validation.text(), file=sys.stdout if validation.ok else sys.stderr, flush=True)
+    if not validation.ok:
         sys.exit("error: tritonserver not started: fix the model repository above (or pass --skip-validation)")
 
 
@@ -56,7 +56,7 @@ def start_reloader(settings: ServeSettings, server: TritonServer) -> StepReloade
         return None
     mode = chosen_model_control(server.extra_args)
     if mode != "explicit":
-        print(f"reload: off: it needs {MODEL_CONTROL_FLAG}=explicit, not {mode}", flush=True)
+        report(f"reload: off: it needs {MODEL_CONTROL_FLAG}=explicit, not {mode}")
         return None
     packages = {**DEFAULT_PACKAGES, **{folder.resolve().name: folder.resolve() for folder in settings.reload_package}}
     reloader = StepReloader(
@@ -71,10 +71,9 @@ def start_reloader(settings: ServeSettings, server: TritonServer) -> StepReloade
         # a change the validator rejects is refused before Triton sees it (as at start, unless skipped)
         validate=None if settings.skip_validation else validator_errors,
     )
-    print(
+    report(
         f"reload: on: a step is reloaded when its files or the code it imports change ({reloader.watch.watched_files} "
-        "files watched; --no-reload turns this off)",
-        flush=True,
+        "files watched; --no-reload turns this off)"
     )
     return reloader
 
@@ -86,7 +85,7 @@ def start_api(settings: ServeSettings, server: TritonServer) -> ApiProcess:
     except ServerStartError as exc:
         api.stop()
         raise ServerStartError(f"the API did not start: {exc}") from None
-    print(f"API ready: {api.url} (Swagger: {api.url}/docs, photo page: {api.url}/)", flush=True)
+    report(f"API ready: {api.url} (Swagger: {api.url}/docs, photo page: {api.url}/)")
     return api
 
 
@@ -97,54 +96,42 @@ def main(argv=None) -> None:
     try:
         if not settings.skip_validation:
             validate_or_exit(settings.model_repository)
-        ports = Ports(settings.http_port, settings.grpc_port, settings.metrics_port)
         check_ports_free(
             settings.host,
             {
-                "Triton HTTP, --http-port": ports.http,
-                "Triton gRPC, --grpc-port": ports.grpc,
-                "Triton metrics, --metrics-port": ports.metrics,
+                "Triton HTTP, --http-port": settings.http_port,
+                "Triton gRPC, --grpc-port": settings.grpc_port,
+                "Triton metrics, --metrics-port": settings.metrics_port,
                 **({} if settings.no_api else {"API, --api-port": settings.api_port}),
             },
         )
         server = triton_server(settings, report)
         key_file = admin.write_key_file(settings.admin_key_file or server.work_dir / "admin-key", server.admin_key)
-        print(
+        report(
             f"tritonserver starting on {settings.model_repository} (log: "
             f"{'this output' if server.log_to_stdout else server.log_file}; its admin APIs need the header "
-            f"{admin.HEADER}: the key in {key_file})",
-            flush=True,
+            f"{admin.HEADER}: the key in {key_file})"
         )
         reloader = start_reloader(settings, server)  # its first look before Triton's: an edit meanwhile is reloaded
         server.start(settings.ready_timeout)
-        print(
-            f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics {server.metrics_url}",
-            flush=True,
-        )
+        report(f"tritonserver ready: gRPC {server.grpc_url}, HTTP {server.http_url}, metrics {server.metrics_url}")
         api = None if settings.no_api else start_api(settings, server)
-        supervisor = Supervisor.for_settings(
-            server,
-            settings,
-            report,
-            start_api=None if settings.no_api else lambda: start_api(settings, server),
-            reloader=reloader,
-            api=api,
-        )
-        print("Ctrl-C stops everything.", flush=True)
+        restart_api = None if settings.no_api else lambda: start_api(settings, server)
+        supervisor = Supervisor(server, settings, report, restart_api, reloader, api)
+        report("Ctrl-C stops everything.")
         running = True
         supervisor.run()
     except StopRequested as stop:
-        print(f"{stop}{'' if running else ' during start-up'}: stopping ...", flush=True)
+        report(f"{stop}{'' if running else ' during start-up'}: stopping ...")
         stopped = True
     except (CrashLoop, NotRestarted, NeedsAPerson, ServerStartError) as exc:  # ServerStartError: ports, Triton, API
         print(f"error: {exc}", file=sys.stderr, flush=True)
     finally:
         ignore(STOP_SIGNALS)
         if reloader is not None and reloader.failed_reloads:
-            print(
+            report(
                 "note: a reload failed while serving: tritonserver 2.51 keeps counting the failed load as a live "
-                "model, so stopping it takes its whole exit timeout (--exit-timeout-secs, 30 s) and ends in an error",
-                flush=True,
+                "model, so stopping it takes its whole exit timeout (--exit-timeout-secs, 30 s) and ends in an error"
             )
         if supervisor is not None:
             api = supervisor.api  # the one running now, if the first was restarted
@@ -152,7 +139,7 @@ def main(argv=None) -> None:
         codes = [api.stop() if api else 0, server.stop() if server else 0]
         if codes[1] and supervisor is not None and supervisor.watchdog.stopped_stubs_killed:
             healed = supervisor.watchdog.stopped_stubs_killed
-            print(f"{STOPPED_STUB_NOTE} ({healed} stopped stub(s) healed while serving)", flush=True)
+            report(f"{STOPPED_STUB_NOTE} ({healed} stopped stub(s) healed while serving)")
     sys.exit(0 if stopped and not any(codes) else 1)
 
 

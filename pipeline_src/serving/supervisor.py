@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from pipeline_src.serving.launcher import ApiProcess, TritonServer
 from pipeline_src.serving.processes import TritonStartError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pipeline_src.serving.settings import ServeSettings
 
 Report = Callable[[str], None]
+T = TypeVar("T")
 
 
 class CrashLoop(Exception):
@@ -108,42 +109,25 @@ class RestartBudget:
 
 @dataclass
 class Supervisor:
+    """Keeps ``server`` (and the API, where ``start_api`` restarts it) serving as the serving settings say: their
+    heal and restart limits, their ready timeout."""
+
     server: TritonServer
-    watchdog: StubWatchdog
+    settings: ServeSettings
     report: Report
     start_api: Callable[[], ApiProcess] | None = None  # None: Triton alone (the Triton container)
     reloader: StepReloader | None = None
-    ready_timeout_s: float = 600.0
-    triton_budget: RestartBudget = field(default_factory=lambda: RestartBudget("tritonserver"))
-    api_budget: RestartBudget = field(default_factory=lambda: RestartBudget("the API"))
     api: ApiProcess | None = None
     interval_s: float = 1.0
+    watchdog: StubWatchdog = field(init=False)
+    triton_budget: RestartBudget = field(init=False)
+    api_budget: RestartBudget = field(init=False)
 
     def __post_init__(self) -> None:
+        server, limit = self.server, self.settings.restart_limit
+        self.watchdog = StubWatchdog(lambda: server.pid, server.repository_api, self.report, self.settings.heal_limit)
+        self.triton_budget, self.api_budget = RestartBudget("tritonserver", limit), RestartBudget("the API", limit)
         self.watchdog.baseline()  # at once: a stub that dies from here on is seen
-
-    @classmethod
-    def for_settings(
-        cls,
-        server: TritonServer,
-        settings: ServeSettings,
-        report: Report,
-        start_api: Callable[[], ApiProcess] | None = None,
-        reloader: StepReloader | None = None,
-        api: ApiProcess | None = None,
-    ) -> Supervisor:
-        """As the serving settings say: their heal and restart limits, their ready timeout."""
-        return cls(
-            server,
-            StubWatchdog(lambda: server.pid, server.repository_api, report, max_heals=settings.heal_limit),
-            report,
-            ready_timeout_s=settings.ready_timeout,
-            triton_budget=RestartBudget("tritonserver", settings.restart_limit),
-            api_budget=RestartBudget("the API", settings.restart_limit),
-            start_api=start_api,
-            reloader=reloader,
-            api=api,
-        )
 
     def run(self) -> None:
         """Until a stop signal's exception, CrashLoop, NotRestarted or NeedsAPerson propagates out of it."""
@@ -157,7 +141,8 @@ class Supervisor:
             self.restart_triton()
             return
         if self.api is not None and self.api.process.poll() is not None:
-            self.restart_api()
+            assert self.start_api is not None
+            self.api = self.restart(self.api_budget, exit_cause(self.api.process.poll()), self.start_api)
         if self.reloader is not None and self.reloader.poll():
             self.watchdog.baseline()  # a reload starts new stubs
         self.watchdog.poll()
@@ -169,27 +154,24 @@ class Supervisor:
         # it said why, last thing (a signal leaves no last words); with its log in this output, just above
         if returncode is not None and returncode > 0 and not self.server.log_to_stdout:
             cause += " (its log ends: " + " | ".join(self.server.log_tail(2).splitlines())[-300:] + ")"
-        count = self.triton_budget.spend(cause)
-        self.report(
-            f"supervisor: tritonserver {cause}; restarting it ({count} in a row of at most {self.triton_budget.limit})"
-        )
-        self.server.stop()  # its process group: stubs it left behind die too
-        started = time.monotonic()
+
+        def start_again() -> None:
+            self.server.stop()  # its process group: stubs it left behind die too
+            self.server.start(self.settings.ready_timeout)
+            self.watchdog.baseline()
+
         try:
-            self.server.start(self.ready_timeout_s)
+            self.restart(self.triton_budget, cause, start_again)
         except TritonStartError as exc:
             self.report(f"supervisor: tritonserver did not start again: {exc}")
-            return  # the next step finds it not running: another restart, within the budget
-        self.watchdog.baseline()
-        self.triton_budget.came_back()
-        self.report(f"supervisor: tritonserver ready again in {time.monotonic() - started:.1f} s")
+            # the next step finds it not running: another restart, within the budget
 
-    def restart_api(self) -> None:
-        assert self.api is not None and self.start_api is not None
-        cause = exit_cause(self.api.process.poll())
-        count = self.api_budget.spend(cause)
-        self.report(f"supervisor: the API {cause}; restarting it ({count} in a row of at most {self.api_budget.limit})")
+    def restart(self, budget: RestartBudget, cause: str, start: Callable[[], T]) -> T:
+        """Restart ``budget``'s server with ``start``, saying so; CrashLoop or NotRestarted past its limit."""
+        count = budget.spend(cause)
+        self.report(f"supervisor: {budget.what} {cause}; restarting it ({count} in a row of at most {budget.limit})")
         started = time.monotonic()
-        self.api = self.start_api()
-        self.api_budget.came_back()
-        self.report(f"supervisor: the API ready again in {time.monotonic() - started:.1f} s")
+        started_again = start()
+        budget.came_back()
+        self.report(f"supervisor: {budget.what} ready again in {time.monotonic() - started:.1f} s")
+        return started_again

@@ -50,7 +50,7 @@ def main(argv=None) -> None:
     try:
         server.start(settings.ready_timeout)
         report("supervisor: tritonserver ready; watching it and its steps")
-        Supervisor.for_settings(server, settings, report).run()
+        Supervisor(server, settings, report).run()
     except StopRequested as stop:
         report(f"{stop}: stopping tritonserver ...")
     except NotRestarted as exc:

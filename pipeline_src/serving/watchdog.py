@@ -87,7 +87,6 @@ class StubWatchdog:
     expected: dict[str, set[str]] = field(default_factory=dict)  # model -> its instances' names, when healthy
     streaks: dict[str, DeathStreak] = field(default_factory=dict)
     healing: dict[str, _Heal] = field(default_factory=dict)
-    healed: list[tuple[str, float]] = field(default_factory=list)  # (model, seconds from detection to loaded)
     stopped_stubs_killed: int = 0  # Triton 2.51 never finishes unloading their version (serve.py says so at exit)
     _loads: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=2))
 
@@ -109,16 +108,12 @@ class StubWatchdog:
                 continue
             present = by_model.get(model, {})
             gone = [f"stub {name} gone" for name in sorted(instances - present.keys())]
-            stopped = [
-                f"stub {s.instance} (pid {s.pid}) {'stopped' if s.state in 'Tt' else 'dead'}"
-                for s in present.values()
-                if not s.alive
-            ]
-            if gone or stopped:
-                for stub in present.values():
-                    if not stub.alive:
-                        self.stopped_stubs_killed += stub.state in "Tt"
-                        kill(stub.pid)  # Triton's unload waits on a stopped stub that has work; a dead one it skips
+            down = [stub for stub in present.values() if not stub.alive]
+            stopped = [f"stub {s.instance} (pid {s.pid}) {'stopped' if s.state in 'Tt' else 'dead'}" for s in down]
+            for stub in down:
+                self.stopped_stubs_killed += stub.state in "Tt"
+                kill(stub.pid)  # Triton's unload waits on a stopped stub that has work; a dead one it skips
+            if gone or down:
                 self._start_heal(model, "; ".join(gone + sorted(stopped)))
         for heal in list(self.healing.values()):
             self._advance(heal)
@@ -152,7 +147,6 @@ class StubWatchdog:
         reason = heal.loading.result()
         seconds = self.now() - heal.detected_at
         if reason is None:
-            self.healed.append((heal.model, seconds))
             self.streaks[heal.model].came_back()
             self.report(f"watchdog: {heal.model}: healed in {seconds:.1f} s")
             live = {s.instance for s in stubs_of(self.server_pid()) if s.model == heal.model and s.alive}
