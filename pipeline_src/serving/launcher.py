@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import astuple
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,11 +126,19 @@ class TritonServer:
         self.ports = ports
         # tritonserver listens on every interface unless told: loopback unless the caller says otherwise.
         self.address = address
+        host = reachable_host(address)  # where a client on this machine reaches it
+        self.http_url, self.grpc_url, self.metrics_url = (f"{host}:{port}" for port in astuple(ports))
         self.log_file = Path(log_file or self.work_dir / "tritonserver.log").resolve()
         self.extra_args = tuple(extra_args)
+        self.caches_responses = bool(cache_flags(self.extra_args))
         self.binary = binary
         self.steps_python = Path(steps_python or sys.executable)
         self.admin_key = admin_key or admin.key_from_environment()
+        self.admin_http_headers = admin.http_headers(self.admin_key)
+        # headers= for tritonclient.grpc's load_model, unload_model, update_trace_settings and the like
+        self.admin_grpc_headers = admin.grpc_headers(self.admin_key)
+        self.repository_api = TritonRepositoryApi(self.http_url, self.admin_http_headers)
+        self.cached_ensembles = CachedEnsembles(self.model_repository, self.repository_api, report)
         self.log_to_stdout = log_to_stdout  # a container's log is its output: no file then
         self.report = report
         self.process: subprocess.Popen | None = None
@@ -141,10 +150,6 @@ class TritonServer:
         )
 
     @property
-    def caches_responses(self) -> bool:
-        return bool(cache_flags(self.extra_args))
-
-    @property
     def pid(self) -> int:
         if self.process is None:
             raise RuntimeError("tritonserver has not been started")
@@ -153,31 +158,6 @@ class TritonServer:
     @property
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
-
-    @property
-    def http_url(self) -> str:
-        return f"{reachable_host(self.address)}:{self.ports.http}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{reachable_host(self.address)}:{self.ports.grpc}"
-
-    @property
-    def metrics_url(self) -> str:
-        return f"{reachable_host(self.address)}:{self.ports.metrics}"
-
-    @property
-    def admin_http_headers(self) -> dict[str, str]:
-        return admin.http_headers(self.admin_key)
-
-    @property
-    def repository_api(self) -> TritonRepositoryApi:
-        return TritonRepositoryApi(self.http_url, self.admin_http_headers)
-
-    @property
-    def admin_grpc_headers(self) -> dict[str, str]:
-        """``headers=`` for tritonclient.grpc's load_model, unload_model, update_trace_settings and the like."""
-        return admin.grpc_headers(self.admin_key)
 
     def command(self) -> list[str]:
         command = [str(self.binary)] if self.binary else bundled_command(self.work_dir)
@@ -198,12 +178,11 @@ class TritonServer:
     def environment(self) -> dict[str, str]:
         env = dict(os.environ, PATH=path_with_python(self.steps_python))
         env.pop(admin.KEY_ENV, None)  # the server has its key in its flags; its steps never see it
+        env.pop(RESPONSES_CACHED_ENV, None)  # this server's to say, not its caller's
         if not self.binary:  # the wheel's server: its stub embeds this Python (triton_binary says why)
             env["LD_LIBRARY_PATH"] = bundled_library_path()
         if self.caches_responses:
             env[RESPONSES_CACHED_ENV] = "1"
-        else:
-            env.pop(RESPONSES_CACHED_ENV, None)
         return env
 
     def start(self, ready_timeout_s: float = 300.0) -> TritonServer:
@@ -223,10 +202,6 @@ class TritonServer:
             self.stop()
             raise
         return self
-
-    @property
-    def cached_ensembles(self) -> CachedEnsembles:
-        return CachedEnsembles(self.model_repository, self.repository_api, self.report)
 
     def cache_ensembles(self) -> None:
         """Every loaded ensemble at the repository's revision with the response cache on (response_cache.py)."""
@@ -250,19 +225,20 @@ class TritonServer:
                 ) from None
             raise TritonStartError(f"{exc}; tritonserver log tail:\n{self.log_tail()}") from None
 
+    def log(self) -> str | None:
+        """Triton's log; None before it wrote one."""
+        with contextlib.suppress(FileNotFoundError):
+            return self.log_file.read_text(errors="replace")
+        return None
+
     def load_failures(self) -> list[tuple[str, str]]:
         """(model, reason) for every model whose load failed, from Triton's log."""
-        try:
-            log = self.log_file.read_text(errors="replace")
-        except FileNotFoundError:
-            return []
-        return re.findall(r"failed to load '([^']+)' version \d+: (.*?)(?:\\n|\"$)", log, flags=re.MULTILINE)
+        pattern = r"failed to load '([^']+)' version \d+: (.*?)(?:\\n|\"$)"
+        return re.findall(pattern, self.log() or "", flags=re.MULTILINE)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
+        log = self.log()
+        return "(no log)" if log is None else "\n".join(log.splitlines()[-lines:])
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """Graceful shutdown; if it hangs, the whole group (backend stubs included) is killed. Stubs that

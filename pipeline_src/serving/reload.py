@@ -68,6 +68,7 @@ class ChangeWatch:
     def __init__(self, repository: Path, packages: Mapping[str, Path] = DEFAULT_PACKAGES):
         self.repository = Path(repository).resolve()
         self.tracer = ImportTracer(packages)
+        self.roots = [self.repository, *(folder.parent for folder in packages.values())]  # what files are named from
         self._settled = self.scan()
         self._latest = self._settled.snapshot
 
@@ -78,6 +79,11 @@ class ChangeWatch:
                 owners.setdefault(path, set()).add(name)
         snapshot = {path: found for path in owners if (found := signature(path)) is not None}
         return Scan(snapshot, owners)
+
+    def relative(self, path: Path) -> str:
+        """``path`` from the repository, or from the folder above its package: how log lines and revisions name it."""
+        root = next((root for root in self.roots if path.is_relative_to(root)), None)
+        return str(path) if root is None else path.relative_to(root).as_posix()
 
     @property
     def watched_files(self) -> int:
@@ -170,7 +176,6 @@ class StepReloader:
         self.failed_reloads = 0  # Triton 2.51 then waits its whole exit timeout when it stops (serve.py says so)
         self.refused: dict[str, list[Path]] = {}  # changes the validator refused: loaded with the next one it passes
         self.served: set[str] = set()  # every model seen serving: one that fell is loaded at its next change
-        self._roots = [self.watch.repository, *(folder.parent for folder in packages.values())]
 
     def poll(self) -> bool:
         """Whether it asked Triton to reload anything (its stubs then changed)."""
@@ -268,11 +273,5 @@ class StepReloader:
                 )
 
     def describe(self, changed: list[Path]) -> str:
-        shown = [self.display(path) for path in changed[:2]]
+        shown = [self.watch.relative(path) for path in changed[:2]]
         return ", ".join(shown) + (f" and {len(changed) - 2} more" if len(changed) > 2 else "")
-
-    def display(self, path: Path) -> str:
-        for root in self._roots:
-            if path.is_relative_to(root):
-                return path.relative_to(root).as_posix()
-        return str(path)

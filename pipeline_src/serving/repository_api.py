@@ -19,8 +19,10 @@ class TritonRepositoryApi:
         self.headers = {"Content-Type": "application/json", **headers}
         self.timeout_s = timeout_s  # a load answers when it is done: a large model takes a while
 
-    def _post(self, path: str, body: dict) -> bytes:
-        request = urllib.request.Request(self.base_url + path, json.dumps(body).encode(), self.headers)
+    def _request(self, path: str, body: dict | None = None) -> bytes:
+        """A POST of ``body`` as JSON, or a GET without one."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base_url + path, data, self.headers)
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
             return response.read()
 
@@ -30,7 +32,7 @@ class TritonRepositoryApi:
     def ready_versions(self) -> dict[str, set[str]]:
         """The ready models, each with its ready versions."""
         versions: dict[str, set[str]] = {}
-        for entry in json.loads(self._post("/v2/repository/index", {"ready": True})):
+        for entry in json.loads(self._request("/v2/repository/index", {"ready": True})):
             versions.setdefault(entry["name"], set()).add(str(entry.get("version", "")))
         return versions
 
@@ -38,7 +40,7 @@ class TritonRepositoryApi:
         """Why each model that is not ready is not (Triton's repository index: a failed load's own reason, where the
         load's answer may be generic); empty when the index does not answer."""
         try:
-            index = json.loads(self._post("/v2/repository/index", {}))
+            index = json.loads(self._request("/v2/repository/index", {}))
         except (OSError, ValueError):
             return {}
         return {
@@ -49,10 +51,7 @@ class TritonRepositoryApi:
 
     def model_config(self, model: str) -> dict:
         """The loaded model's config as Triton answers it in JSON (config.pbtxt's field names)."""
-        url = f"{self.base_url}/v2/models/{urllib.parse.quote(model)}/config"
-        request = urllib.request.Request(url, None, self.headers)
-        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            return json.loads(response.read())
+        return json.loads(self._request(f"/v2/models/{urllib.parse.quote(model)}/config"))
 
     def load(self, model: str, config: str | None = None, files: dict[str, bytes] | None = None) -> str | None:
         """None when loaded, else Triton's reason. ``config`` (JSON) overrides the config.pbtxt; ``files`` (path in
@@ -68,7 +67,7 @@ class TritonRepositoryApi:
 
     def _model_action(self, model: str, action: str, body: dict | None = None) -> str | None:
         try:
-            self._post(f"/v2/repository/models/{urllib.parse.quote(model)}/{action}", body or {})
+            self._request(f"/v2/repository/models/{urllib.parse.quote(model)}/{action}", body or {})
         except urllib.error.HTTPError as refused:
             try:
                 return first_line_and_frame(str(json.loads(refused.read())["error"]))

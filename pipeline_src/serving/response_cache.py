@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,11 +46,9 @@ def repository_revision(repository: Path, packages: Mapping[str, Path] = DEFAULT
     (hashing gigabytes of weights at each start would be slow; a rebuilt or copied file counts as changed, so
     this errs towards a miss, never a stale hit)."""
     watch = ChangeWatch(repository, packages)
-    roots = [watch.repository, *(folder.parent for folder in packages.values())]
     digest = hashlib.sha256()
     for path, (mtime_ns, size) in sorted(watch.scan().snapshot.items()):
-        root = next((root for root in roots if path.is_relative_to(root)), path.parent)
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(watch.relative(path).encode() + b"\0")
         digest.update(path.read_bytes() if size <= SMALL_FILE_BYTES else f"{size}:{mtime_ns}".encode())
         digest.update(b"\0")
     return Revision(digest.hexdigest())
@@ -73,9 +71,7 @@ class CachedEnsembles:
         revision = repository_revision(self.repository, self.packages)
         loaded = self.triton.ready_versions()
         outcome: dict[str, str | None] = {}
-        for name, folder in model_folders(self.repository).items():
-            if not is_ensemble(folder) or name not in loaded:
-                continue
+        for name in self.loaded_ensembles(loaded):
             if str(revision.version) in loaded[name]:
                 outcome[name] = None
                 continue
@@ -88,10 +84,13 @@ class CachedEnsembles:
         return outcome
 
     def uncache(self) -> None:
-        loaded = self.triton.ready_models()
-        for name, folder in model_folders(self.repository).items():
-            if is_ensemble(folder) and name in loaded and (error := self.triton.load(name)) is not None:
+        for name in self.loaded_ensembles(self.triton.ready_models()):
+            if (error := self.triton.load(name)) is not None:
                 self.report(f"response cache: {name} could not be loaded uncached before a reload: {error}")
+
+    def loaded_ensembles(self, loaded: Collection[str]) -> list[str]:
+        folders = model_folders(self.repository)
+        return [name for name, folder in folders.items() if name in loaded and is_ensemble(folder)]
 
     def load_cached(self, ensemble: str, revision: Revision) -> str | None:
         try:

@@ -168,13 +168,10 @@ class ServeSettings(BaseSettings):
         return self.triton_admin_key.get_secret_value() or admin.new_key()
 
 
-UNCHANGED: Any = object()
-
-
-def in_the_image(name: str, default: Any = UNCHANGED, also_read: tuple[str, ...] = ()) -> Any:
-    """``ServeSettings``' field ``name`` as the Triton image reads it: another default, or older variable names
+def in_the_image(name: str, also_read: tuple[str, ...] = (), **default: Any) -> Any:
+    """``ServeSettings``' field ``name`` as the Triton image reads it: another ``default``, or older variable names
     read as well (those its compose files and manifests set); its description and checks kept."""
-    changes: dict[str, Any] = {} if default is UNCHANGED else {"default": default}
+    changes = dict(default)
     if also_read:
         changes["validation_alias"] = AliasChoices(f"{ENV_PREFIX}{name.upper()}", *also_read)
     return FieldInfo.merge_field_infos(ServeSettings.model_fields[name], **changes)
@@ -187,16 +184,16 @@ class ContainerSettings(ServeSettings):
 
     not_read: ClassVar[frozenset[str]] = SERVE_ONLY
     not_read_because: ClassVar[str] = "make serve's setting: the Triton image runs Triton alone"
-    model_repository: Path = in_the_image("model_repository", Path("/models"))  # baked in, or a volume
-    host: str = in_the_image("host", "0.0.0.0")  # the container's network: compose and Kubernetes publish it
-    work_dir: Path | None = in_the_image("work_dir", None)  # /tmp, the one writable place
-    log_file: Path | None = in_the_image("log_file", None)  # a container's log is its output
+    model_repository: Path = in_the_image("model_repository", default=Path("/models"))  # baked in, or a volume
+    host: str = in_the_image("host", default="0.0.0.0")  # the container's network: compose and Kubernetes publish it
+    work_dir: Path | None = in_the_image("work_dir", default=None)  # /tmp, the one writable place
+    log_file: Path | None = in_the_image("log_file", default=None)  # a container's log is its output
     # BLIP from a cold volume, or a build at start
-    ready_timeout: float = in_the_image("ready_timeout", 1800.0, also_read=("FOOD11_READY_TIMEOUT_S",))
+    ready_timeout: float = in_the_image("ready_timeout", default=1800.0, also_read=("FOOD11_READY_TIMEOUT_S",))
     triton_config: str = in_the_image("triton_config", also_read=("TRITON_CONFIG",))
     triton_args: Annotated[tuple[str, ...], NoDecode] = in_the_image("triton_args", also_read=("TRITON_ARGS",))
     # A dead tritonserver ends the container: Compose's restart: or Kubernetes restarts it, with their backoff.
-    restart_limit: int = in_the_image("restart_limit", 0)
+    restart_limit: int = in_the_image("restart_limit", default=0)
 
 
 # Flags and variables -------------------------------------------------------------------------------------------
