@@ -42,16 +42,10 @@ class PerfAnalyzerMissing(RuntimeError):
     """perf_analyzer or a library it needs is not installed; the message says how to install it."""
 
 
-def binary() -> Path:
-    if not BINARY.exists():
-        raise PerfAnalyzerMissing(f"{BINARY} is missing: food11-perf-analyzer --install (or make perf-analyzer)")
-    return BINARY
-
-
-def _cudart_dir() -> Path:
-    if not CUDART.is_dir():
-        raise PerfAnalyzerMissing(f"{CUDART} is missing: food11-perf-analyzer --install (or make perf-analyzer)")
-    return CUDART
+def _installed(path: Path) -> Path:
+    if not path.exists():
+        raise PerfAnalyzerMissing(f"{path} is missing: food11-perf-analyzer --install (or make perf-analyzer)")
+    return path
 
 
 def _local_libb64_dirs() -> list[Path]:
@@ -60,7 +54,7 @@ def _local_libb64_dirs() -> list[Path]:
 
 def library_path() -> str:
     """LD_LIBRARY_PATH for perf_analyzer: cudart from the tool folder, libb64 from the system or the tool folder."""
-    dirs = [_cudart_dir(), *_local_libb64_dirs()]
+    dirs = [_installed(CUDART), *_local_libb64_dirs()]
     if not _local_libb64_dirs() and not ctypes.util.find_library("b64"):
         raise PerfAnalyzerMissing(f"libb64.so.0d is missing: apt-get install {LIBB64_PACKAGE} (or make perf-analyzer)")
     return os.pathsep.join(filter(None, [*map(str, dirs), os.environ.get("LD_LIBRARY_PATH")]))
@@ -71,7 +65,7 @@ def environment() -> dict[str, str]:
 
 
 def command(*args: str) -> list[str]:
-    return [str(binary()), *args]
+    return [str(_installed(BINARY)), *args]
 
 
 def install_tool() -> None:
@@ -239,14 +233,13 @@ def measure_stably(
     """perf_analyzer's default stability (three windows within 10 %), loosened once if a slow, batching
     model does not settle; the bound that held is reported with the figures."""
     where = (model, grpc_url, input_data, concurrency, csv_path, window)
-    for bound in (10, 25):
-        try:
-            return measure(*where, bound, bls_composing, timeout_s), bound
-        except PerfAnalyzerFailed as exc:
-            if bound == 25 or "stable measurement" not in str(exc):
-                raise
-        print(f"{model} at concurrency {concurrency}: not stable within 10 %, retrying within 25 %", flush=True)
-    raise AssertionError("unreachable: the last bound returns or raises")
+    try:
+        return measure(*where, 10, bls_composing, timeout_s), 10
+    except PerfAnalyzerFailed as exc:
+        if "stable measurement" not in str(exc):
+            raise
+    print(f"{model} at concurrency {concurrency}: not stable within 10 %, retrying within 25 %", flush=True)
+    return measure(*where, 25, bls_composing, timeout_s), 25
 
 
 def main(argv=None) -> None:
@@ -261,7 +254,7 @@ def main(argv=None) -> None:
             print("food11-perf-analyzer: cache hits included: see perf_analyzer's Cache hit count", file=sys.stderr)
         elif refusal := cache_refusal(args):
             sys.exit(f"food11-perf-analyzer: {refusal}")
-        os.execve(str(binary()), command(*args), environment())
+        os.execve(str(_installed(BINARY)), command(*args), environment())
     except PerfAnalyzerMissing as exc:
         sys.exit(f"food11-perf-analyzer: {exc}")
 

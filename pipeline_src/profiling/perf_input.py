@@ -60,15 +60,15 @@ WRITE_IT_YOURSELF = (
 STRING_TYPE = "TYPE_STRING"
 
 
-def tensor_content(row: np.ndarray, data_type: str) -> dict:
-    """One request's tensor (a row, without the batch dimension) in perf_analyzer's encoding."""
+def tensor_entry(row: np.ndarray, data_type: str) -> dict:
+    """One request's tensor (a row, without the batch dimension) in perf_analyzer's encoding, with its shape."""
     if data_type == STRING_TYPE:
         elements = [value if isinstance(value, bytes) else str(value).encode("utf-8") for value in row.flat]
         raw = b"".join(struct.pack("<I", len(value)) + value for value in elements)
     else:
         dtype = np.dtype(NUMPY_TYPES[data_type]).newbyteorder("<")
         raw = np.ascontiguousarray(row, dtype=dtype).tobytes()
-    return {"b64": base64.b64encode(raw).decode("ascii")}
+    return {"content": {"b64": base64.b64encode(raw).decode("ascii")}, "shape": list(row.shape)}
 
 
 @dataclass(frozen=True)
@@ -178,16 +178,12 @@ class PerfInputs:
     callee_runs: list[CalleeRun] = field(default_factory=list)
 
 
-def _ensembles_first(models: dict[str, Model]) -> list[Model]:
-    """The ensembles, the pipeline's first: where a step's feed is looked for."""
-    ensembles = [model for model in models.values() if model.is_ensemble]
-    return sorted(ensembles, key=lambda model: (model.name != contract.ENSEMBLE, model.name))
-
-
 def _feed_from_ensembles(tensors: Tensors, model: Model) -> tuple[dict[str, np.ndarray] | None, list[str]]:
-    """The model's inputs as an ensemble hands them (the first ensemble that can), or the reasons none can."""
+    """The model's inputs as an ensemble hands them (the first ensemble that can, the pipeline's first), or the
+    reasons none can."""
     reasons = []
-    for ensemble in _ensembles_first(tensors.models):
+    ensembles = [other for other in tensors.models.values() if other.is_ensemble]
+    for ensemble in sorted(ensembles, key=lambda other: (other.name != contract.ENSEMBLE, other.name)):
         for step in ensemble.parsed_config.ensemble_scheduling.step:
             if step.model_name != model.name:
                 continue
@@ -258,15 +254,8 @@ def write_all(repository: Path, photos: Sequence[bytes], output_dir: Path) -> Pe
     output_dir.mkdir(parents=True, exist_ok=True)
     written = {}
     for name, (model, inputs) in feeds.items():
-        types = model.inputs
         entries = [
-            {
-                input_name: {
-                    "content": tensor_content(rows[index], types[input_name]),
-                    "shape": list(rows[index].shape),
-                }
-                for input_name, rows in inputs.items()
-            }
+            {input_name: tensor_entry(rows[index], model.inputs[input_name]) for input_name, rows in inputs.items()}
             for index in range(len(photos))
         ]
         path = output_dir / f"{name}.json"

@@ -182,16 +182,6 @@ def _top_labels_runner(model: Model, settings: StepSettings) -> Runner:
     return run
 
 
-def _compute_runner(model: Model, settings: StepSettings) -> Runner | None:
-    """A step whose logic module (its settings class's) has ``compute(batch, settings)`` -> dict: as
-    food11-new-step writes it."""
-    module = importlib.import_module(type(settings).__module__)
-    compute = getattr(module, "compute", None)
-    if not callable(compute):
-        return None
-    return lambda inputs: dict(compute(dict(inputs), settings))
-
-
 # The pipeline's own steps, by settings class (their model.py files are not plain compute functions).
 SPECIAL_RUNNERS: dict[type[StepSettings], Callable[[Model, StepSettings], Runner]] = {
     PreprocessSettings: _preprocess_runner,
@@ -220,15 +210,16 @@ def make_runner(models: Mapping[str, Model], name: str) -> Runner | str:
         for kind, make in SPECIAL_RUNNERS.items():
             if isinstance(settings, kind):
                 return make(model, settings)
-        runner = _compute_runner(model, settings)
+        # any other step: its logic module's (its settings class's) compute, as food11-new-step writes it
+        compute = getattr(importlib.import_module(type(settings).__module__), "compute", None)
     except Exception as exc:  # a model file missing, a module that does not import
         return f"{name} cannot run here: {exc}"
-    if runner is None:
+    if not callable(compute):
         return (
             f"{name}'s code ({type(settings).__module__}) has no compute(batch, settings) returning its "
             "outputs, which this would run"
         )
-    return runner
+    return lambda inputs: dict(compute(dict(inputs), settings))
 
 
 def sent_by_call(call: BlsCall, caller_inputs: Mapping[str, np.ndarray], computed: Arrays) -> Arrays:
