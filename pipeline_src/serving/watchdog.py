@@ -24,11 +24,6 @@ from pipeline_src.serving.stubs import Stub, stubs_of
 Report = Callable[[str], None]
 
 
-def kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
-
-
 class NeedsAPerson(Exception):
     """A model keeps dying: healing it again would hide the crash. The message says which and how often."""
 
@@ -112,7 +107,9 @@ class StubWatchdog:
             stopped = [f"stub {s.instance} (pid {s.pid}) {'stopped' if s.state in 'Tt' else 'dead'}" for s in down]
             for stub in down:
                 self.stopped_stubs_killed += stub.state in "Tt"
-                kill(stub.pid)  # Triton's unload waits on a stopped stub that has work; a dead one it skips
+                # Triton's unload waits on a stopped stub that has work; a dead one it skips
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(stub.pid, signal.SIGKILL)
             if gone or down:
                 self._start_heal(model, "; ".join(gone + sorted(stopped)))
         for heal in list(self.healing.values()):
