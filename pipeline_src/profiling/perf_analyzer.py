@@ -173,11 +173,6 @@ def cached_model_refusal(model: str) -> str:
     )
 
 
-def decoupled(config: dict) -> bool:
-    """Whether a served model is decoupled (its config's ``model_transaction_policy``)."""
-    return bool(config.get("model_transaction_policy", {}).get("decoupled"))
-
-
 def measure(
     model: str,
     grpc_url: str,
@@ -203,8 +198,8 @@ def measure(
     args += ["--stability-percentage", str(stability_percentage)]
     if bls_composing:
         args.append(f"--bls-composing-models={','.join(bls_composing)}")
-    if decoupled(config):
-        args.append("--streaming")  # a decoupled model answers over gRPC streams only (the captioner)
+    if config.get("model_transaction_policy", {}).get("decoupled"):
+        args.append("--streaming")  # a decoupled model answers over gRPC streams only
     csv_path.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
     try:
         done = subprocess.run(command(*args), env=environment(), capture_output=True, text=True, timeout=timeout_s)
