@@ -215,8 +215,7 @@ def environment_names(settings: type[ServeSettings], name: str) -> list[str]:
 
 def described_default(settings: type[ServeSettings], name: str) -> str:
     """A field's default as the docs and --help show it."""
-    field = settings.model_fields[name]
-    value = field.default
+    value = settings.model_fields[name].default
     if isinstance(value, SecretStr):
         value = value.get_secret_value()
     if isinstance(value, bool):
