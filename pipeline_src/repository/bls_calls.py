@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline_src.repository.loading import ModelEntry
+from pipeline_src.repository.loading import ModelEntry, load_models
 from pipeline_src.repository.report import Report
+from pipeline_src.repository.step_settings import check_settings
 from pipeline_src.repository.tensors import (
     TensorSpec,
     describe_edge_mismatch,
@@ -107,16 +108,18 @@ def _spec(label: str, tensor: BlsTensor) -> TensorSpec:
     return TensorSpec(label, tensor.data_type, tuple(tensor.dims), batched=True)
 
 
-def bls_callees(repository: Path, ensemble: str) -> list[str]:
-    """The models that the BLS steps of ``ensemble`` call (perf_analyzer's ``--bls-composing-models``)."""
-    from pipeline_src.repository.loading import load_models
-    from pipeline_src.repository.step_settings import check_settings
-
+def steps_bls_callees(repository: Path, ensemble: str) -> list[tuple[str, list[str]]]:
+    """Each step of ``ensemble``, in order, with the models it calls by BLS (none: an empty list)."""
     report = Report(repository)
     models = load_models(repository, report)
-    callees = []
+    steps = []
     for step in models[ensemble].parsed_config.ensemble_scheduling.step:
         settings = check_settings(models[step.model_name], report)
-        if settings is not None:
-            callees += [call.callee(settings) for call in type(settings).BLS_CALLS]
-    return list(dict.fromkeys(callees))
+        callees = [call.callee(settings) for call in type(settings).BLS_CALLS] if settings is not None else []
+        steps.append((step.model_name, callees))
+    return steps
+
+
+def bls_callees(repository: Path, ensemble: str) -> list[str]:
+    """The models that the BLS steps of ``ensemble`` call (perf_analyzer's ``--bls-composing-models``)."""
+    return list(dict.fromkeys(callee for _, callees in steps_bls_callees(repository, ensemble) for callee in callees))

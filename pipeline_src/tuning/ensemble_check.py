@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline_src.profiling import perf_analyzer
-from pipeline_src.repository.bls_calls import bls_callees
+from pipeline_src.repository.bls_calls import bls_callees, steps_bls_callees
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import free_ports
 
@@ -59,18 +59,8 @@ def measure_repository(
 
 def analyzer_limits(repository: Path, ensemble: str) -> str:
     """Why Model Analyzer cannot profile ``ensemble``, in this repository's own terms."""
-    from pipeline_src.repository.loading import load_models
-    from pipeline_src.repository.report import Report
-    from pipeline_src.repository.step_settings import check_settings
-
-    report = Report(repository)
-    models = load_models(repository, report)
-    steps = [step.model_name for step in models[ensemble].parsed_config.ensemble_scheduling.step]
-    callers = {}
-    for step in steps:
-        settings = check_settings(models[step], report)
-        if settings is not None and type(settings).BLS_CALLS:
-            callers[step] = [call.callee(settings) for call in type(settings).BLS_CALLS]
+    steps = steps_bls_callees(repository, ensemble)
+    callers = {step: callees for step, callees in steps if callees}
     bls = ", ".join(callers) or "none"
     callees = ", ".join(sorted({callee for names in callers.values() for callee in names})) or "nothing"
     return ANALYZER_LIMITS.format(ensemble=ensemble, steps=len(steps), bls=bls, callees=callees)
