@@ -3,42 +3,30 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline_src.serving.ports import Ports
+from pipeline_src.serving.ports import free_ports
 from pipeline_src.tuning.measurements import INFERENCE_FIELDS
 from pipeline_src.tuning.server_launch import LocalLaunch
 from pipeline_src.tuning.sweep import StepPlan
 
+# The project's perf_analyzer: food11-perf-analyzer runs it with the libraries it needs.
+PERF_ANALYZER = Path(sys.executable).parent / "food11-perf-analyzer"
 
-@dataclass(frozen=True)
+
 class RunPaths:
     """Where one Model Analyzer run keeps its files, all under ``root``."""
 
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "model_analyzer.yaml"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "model_analyzer.log"
-
-    @property
-    def variants(self) -> Path:
-        """Model Analyzer's output repository: one folder per configuration it made (``<step>_config_<n>``)."""
-        return self.root / "variants" / "repository"
-
-    @property
-    def export(self) -> Path:
-        return self.root / "export"
-
-    @property
-    def inference_csv(self) -> Path:
-        return self.export / "results" / "metrics-model-inference.csv"
+    def __init__(self, root: Path):
+        self.root = root
+        self.config, self.log = root / "model_analyzer.yaml", root / "model_analyzer.log"
+        # Model Analyzer's output repository: one folder per configuration it made (``<step>_config_<n>``).
+        self.variants = root / "variants" / "repository"
+        self.export = root / "export"
+        self.inference_csv = self.export / "results" / "metrics-model-inference.csv"
 
 
 @dataclass(frozen=True)
@@ -55,15 +43,14 @@ def profile_config(
     plans: Sequence[StepPlan],
     inputs: dict[str, Path],
     launch: LocalLaunch,
-    perf_analyzer_path: Path,
     paths: RunPaths,
-    ports: Ports,
     concurrency: Sequence[int],
     budgets_ms: dict[str, float],
     measuring: Measuring,
 ) -> dict:
-    """Brute search over each step's own values (manual mode), every instance on the CPU; a step with a
-    budget gets the constraint p99 <= budget, which Model Analyzer reports per measurement."""
+    """Brute search over each step's own values (manual mode), every instance on the CPU, on free ports; a step
+    with a budget gets the constraint p99 <= budget, which Model Analyzer reports per measurement."""
+    ports = free_ports()
     models = {}
     for plan in plans:
         model: dict = {
@@ -93,7 +80,7 @@ def profile_config(
         "triton_metrics_url": f"http://127.0.0.1:{ports.metrics}/metrics",
         "triton_output_path": str(paths.root / "tritonserver.log"),
         "client_protocol": "grpc",
-        "perf_analyzer_path": str(perf_analyzer_path),
+        "perf_analyzer_path": str(PERF_ANALYZER),
         "output_model_repository_path": str(paths.variants),
         "override_output_model_repository": True,
         "export_path": str(paths.export),
@@ -102,8 +89,6 @@ def profile_config(
     }
 
 
-def write_profile_config(config: dict, paths: RunPaths) -> Path:
-    paths.root.mkdir(parents=True, exist_ok=True)
-    paths.variants.parent.mkdir(parents=True, exist_ok=True)  # Model Analyzer makes only the last folder
+def write_profile_config(config: dict, paths: RunPaths) -> None:
+    paths.variants.parent.mkdir(parents=True, exist_ok=True)  # under root; Model Analyzer makes only the last folder
     paths.config.write_text(json.dumps(config, indent=2) + "\n")
-    return paths.config

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
 
@@ -16,17 +15,7 @@ VERSION = "1.46.0"
 REQUIREMENT = f"triton-model-analyzer=={VERSION}"
 TOOL_DIR = PROJECT_ROOT / "build" / "model_analyzer"
 PYTHON = TOOL_DIR / "bin" / "python"
-
-
-class AnalyzerMissing(RuntimeError):
-    """Model Analyzer is not installed in its tool virtualenv; the message says how to install it."""
-
-
-def binary() -> Path:
-    path = TOOL_DIR / "bin" / "model-analyzer"
-    if not path.exists():
-        raise AnalyzerMissing(f"{path} is missing: food11-tune --install (make tune installs it)")
-    return path
+BINARY = TOOL_DIR / "bin" / "model-analyzer"  # there once install() has run, as food11-tune does first
 
 
 def installed_version() -> str | None:

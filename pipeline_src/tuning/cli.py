@@ -30,7 +30,6 @@ from pipeline_src.contract import ENSEMBLE
 from pipeline_src.profiling import perf_analyzer
 from pipeline_src.profiling.perf_input import read_photos, write_input_data
 from pipeline_src.profiling.report import machine_description
-from pipeline_src.serving.ports import free_ports
 from pipeline_src.tuning import analyzer_tool
 from pipeline_src.tuning.analyzer_config import Measuring, RunPaths, profile_config, write_profile_config
 from pipeline_src.tuning.ensemble_check import analyzer_limits, measure_repository
@@ -91,7 +90,7 @@ def run_analyzer(paths: RunPaths) -> float:
     started = time.monotonic()
     with open(paths.log, "w", buffering=1) as log:  # line-buffered: the log can be followed while it runs
         process = subprocess.Popen(
-            [str(analyzer_tool.binary()), "profile", "-f", str(paths.config)],
+            [str(analyzer_tool.BINARY), "profile", "-f", str(paths.config)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -119,11 +118,6 @@ def prune_variant_copies(variants: Path) -> None:
                     item.unlink()
 
 
-def budgets(args, steps) -> dict[str, float]:
-    chosen = {step: args.latency_budget_ms for step in steps if args.latency_budget_ms is not None}
-    return chosen | dict(args.step_budget)
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.install:
@@ -131,7 +125,6 @@ def main(argv=None) -> None:
         return
     version = analyzer_tool.install()
     perf_analyzer.library_path()  # raises, saying how to install it, when perf_analyzer is missing
-    perf_analyzer_path = Path(sys.executable).parent / "food11-perf-analyzer"
     repository = args.repository.resolve()
     sweep = Sweep(**{swept.name: tuple(getattr(args, swept.name)) for swept in fields(Sweep)})
     plans = plan_steps(repository, args.steps, sweep)
@@ -143,19 +136,10 @@ def main(argv=None) -> None:
     paths = RunPaths(args.scratch / "model_analyzer")
     shutil.rmtree(paths.root, ignore_errors=True)  # a checkpoint left there would be resumed, not measured anew
     measuring = Measuring(args.requests_per_window, args.stability_percentage)
-    step_budgets = budgets(args, args.steps)
-    config = profile_config(
-        repository,
-        plans,
-        inputs,
-        local_launch(args.scratch / "triton"),
-        perf_analyzer_path,
-        paths,
-        free_ports(),
-        sweep.concurrency,
-        step_budgets,
-        measuring,
-    )
+    every_step = {step: args.latency_budget_ms for step in args.steps if args.latency_budget_ms is not None}
+    budgets = every_step | dict(args.step_budget)
+    launch = local_launch(args.scratch / "triton")
+    config = profile_config(repository, plans, inputs, launch, paths, sweep.concurrency, budgets, measuring)
     write_profile_config(config, paths)
     print(f"model-analyzer profile -f {paths.config} (log: {paths.log})", flush=True)
     seconds = run_analyzer(paths)
@@ -172,7 +156,7 @@ def main(argv=None) -> None:
         "tuned_repository": str(args.tuned_repository.resolve()),
         "validation": report.summary(),
         "photos": len(photos),
-        "budgets_ms": step_budgets,
+        "budgets_ms": budgets,
         "sweep": {key: list(value) for key, value in sweep.__dict__.items()},
         "measuring": measuring.__dict__,
         "analyzer_seconds": seconds,

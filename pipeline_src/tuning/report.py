@@ -9,7 +9,10 @@ from pipeline_src.profiling.report import markdown_table
 from pipeline_src.tuning.measurements import Choice, Measured
 
 
-def config_cells(row: Measured) -> dict:
+def config_cells(row: Measured | None) -> dict:
+    """The swept values of a measured configuration; blank cells without one (nothing chosen)."""
+    if row is None:
+        return dict.fromkeys(("instances", "max_batch", "queue_delay_us", "intra_op_threads"), "")
     config = row.config
     return {
         "instances": f"{config.instance_count} ({config.instance_kind.removeprefix('KIND_')})",
@@ -36,49 +39,21 @@ def measured_row(row: Measured, chosen: set[tuple[str, str]]) -> dict:
 
 
 def choice_row(choice: Choice, budgets_ms: dict[str, float]) -> dict:
-    budget = budgets_ms.get(choice.step)
-    row: dict = {"step": choice.step, "p99_budget_ms": "none" if budget is None else budget, "why": choice.why}
-    if choice.chosen is not None:
-        row |= {
-            **config_cells(choice.chosen),
-            "at_concurrency": choice.chosen.concurrency,
-            "infer_per_s": choice.chosen.throughput,
-            "p99_ms": choice.chosen.p99_ms,
-        }
-    if choice.current is not None:
-        row |= {"as_is_infer_per_s": choice.current.throughput, "as_is_p99_ms": choice.current.p99_ms}
-    return row
+    """Every column, blank where nothing was chosen or the step as it is was not measured."""
+    budget, chosen, current = budgets_ms.get(choice.step), choice.chosen, choice.current
+    return {
+        "step": choice.step,
+        "p99_budget_ms": "none" if budget is None else budget,
+        **config_cells(chosen),
+        "at_concurrency": chosen.concurrency if chosen else "",
+        "infer_per_s": chosen.throughput if chosen else "",
+        "p99_ms": chosen.p99_ms if chosen else "",
+        "as_is_infer_per_s": current.throughput if current else "",
+        "as_is_p99_ms": current.p99_ms if current else "",
+        "why": choice.why,
+    }
 
 
-CHOICE_COLUMNS = (
-    "step",
-    "p99_budget_ms",
-    "instances",
-    "max_batch",
-    "queue_delay_us",
-    "intra_op_threads",
-    "at_concurrency",
-    "infer_per_s",
-    "p99_ms",
-    "as_is_infer_per_s",
-    "as_is_p99_ms",
-    "why",
-)
-MEASURED_COLUMNS = (
-    "step",
-    "configuration",
-    "instances",
-    "max_batch",
-    "queue_delay_us",
-    "intra_op_threads",
-    "concurrency",
-    "infer_per_s",
-    "avg_ms",
-    "p95_ms",
-    "p99_ms",
-    "within_budget",
-    "chosen",
-)
 # perf_analyzer's table with the repository measured in place of the model, and why a level failed.
 ENSEMBLE_COLUMNS = ("repository", *perf_analyzer.COLUMNS[1:], "error")
 
@@ -103,15 +78,16 @@ def markdown(result: dict, choices: Sequence[Choice], measured: Sequence[Measure
         f"(model files linked, not copied): {result['validation']}.",
         *result["notes"],
     ]
+    # Columns in their rows' order: every row has them all (and Model Analyzer always measures the step as it is).
+    choice_rows = [choice_row(c, budgets) for c in choices]
+    measured_rows = [measured_row(row, chosen) for row in measured]
     sections = [
-        markdown_table(
-            "Tuning each step with Model Analyzer", intro, CHOICE_COLUMNS, [choice_row(c, budgets) for c in choices]
-        ),
+        markdown_table("Tuning each step with Model Analyzer", intro, list(choice_rows[0]), choice_rows),
         markdown_table(
             "Every configuration measured",
             ["Latency in ms, throughput in inferences per second, as Model Analyzer reported them (its order)."],
-            MEASURED_COLUMNS,
-            [measured_row(row, chosen) for row in measured],
+            list(measured_rows[0]),
+            measured_rows,
             level=2,
         ),
     ]
