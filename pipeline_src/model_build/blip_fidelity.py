@@ -9,7 +9,7 @@ the rest would have gone, as comparing final strings alone would.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,14 +92,10 @@ def measure(
     )
     agree = total = 0
     worst = 0.0
-    for row, (ids, tokens, expected) in enumerate(zip(reference.prompt_ids, reference.tokens, reference.logits)):
-        logits, state = decoder.prefill(embeds[row : row + 1], [ids], max_new_tokens)
-        for position, token in enumerate(tokens):
-            agree += int(logits[0].argmax() == expected[position].argmax())
-            total += 1
-            worst = max(worst, float(np.abs(logits[0] - expected[position]).max() / np.abs(expected[position]).max()))
-            if position + 1 < len(tokens):
-                logits = decoder.advance(state, np.array([token]))
+    for ours, _, theirs in teacher_forced(reference, decoder, embeds, max_new_tokens):
+        agree += int(ours.argmax() == theirs.argmax())
+        total += 1
+        worst = max(worst, float(np.abs(ours - theirs).max() / np.abs(theirs).max()))
     return {
         "captions_identical": sum(ours == theirs for ours, theirs in zip(greedy, reference.tokens)),
         "captions": len(reference.tokens),
@@ -107,6 +103,19 @@ def measure(
         "teacher_forced_tokens": total,
         "max_relative_logit_error": worst,
     }
+
+
+def teacher_forced(
+    reference: Reference, decoder: TextDecoder, embeds: np.ndarray, max_new_tokens: int
+) -> Iterator[tuple[np.ndarray, int, np.ndarray]]:
+    """At each position of each reference caption, the decoder fed the reference's own tokens before it: its logits
+    there, the token the reference chose, and the reference's logits."""
+    for row, (ids, tokens, expected) in enumerate(zip(reference.prompt_ids, reference.tokens, reference.logits)):
+        logits, state = decoder.prefill(embeds[row : row + 1], [ids], max_new_tokens)
+        for position, token in enumerate(tokens):
+            yield logits[0], token, expected[position]
+            if position + 1 < len(tokens):
+                logits = decoder.advance(state, np.array([token]))
 
 
 def require_same_tokenizer(

@@ -55,8 +55,7 @@ from pipeline_src.steps.text_decoder import (
 OPSET = 17
 
 VISION_INPUT, VISION_OUTPUT = "pixel_values", IMAGE_EMBEDS
-# The decoder step's inputs and outputs beside the caches, in order (pipeline_src.steps.text_decoder binds them).
-TOKEN_INPUTS = list(STEP_INPUTS)
+# The decoder step's outputs beside the caches, in order; its inputs are STEP_INPUTS (text_decoder binds both).
 TOKEN_OUTPUTS = ["logits", *NEXT_OUTPUTS, MARGIN_OUTPUT]
 
 
@@ -225,40 +224,26 @@ def export_graphs(blip: BlipForConditionalGeneration, directory: Path, vision_pa
 BATCH, SLOTS, NEW = 2, 5, 2
 
 
-def export_vision_encoder(module: nn.Module, path: Path, device: str = "cpu") -> None:
-    _export(
-        module,
-        (torch.zeros(BATCH, 3, 384, 384, dtype=torch.uint8, device=device),),
-        path,
-        [VISION_INPUT],
-        [VISION_OUTPUT],
-        {VISION_INPUT: {0: "batch"}, VISION_OUTPUT: {0: "batch"}},
-    )
+def export_vision_encoder(module: nn.Module, path: Path) -> None:
+    _export(module, (torch.zeros(BATCH, 3, 384, 384, dtype=torch.uint8),), path, [VISION_INPUT], [VISION_OUTPUT])
 
 
-def export_cross_kv(module: nn.Module, shape: DecoderShape, path: Path, device: str = "cpu") -> None:
-    outputs = cache_names("cross", shape.layers)
-    _export(
-        module,
-        (torch.zeros(BATCH, shape.image_tokens, shape.vision_hidden_size, device=device),),
-        path,
-        [VISION_OUTPUT],
-        outputs,
-        {VISION_OUTPUT: {0: "batch"}, **{name: {0: "batch"} for name in outputs}},
-    )
+def export_cross_kv(module: nn.Module, shape: DecoderShape, path: Path) -> None:
+    sample = torch.zeros(BATCH, shape.image_tokens, shape.vision_hidden_size)
+    _export(module, (sample,), path, [VISION_OUTPUT], cache_names("cross", shape.layers))
 
 
-def export_decoder_step(module: nn.Module, shape: DecoderShape, path: Path, device: str = "cpu") -> None:
+def export_decoder_step(module: nn.Module, shape: DecoderShape, path: Path) -> None:
     past, cross, present = (cache_names(kind, shape.layers) for kind in ("past", "cross", "present"))
-    ids = torch.full((BATCH, NEW), shape.bos_token_id, dtype=torch.long, device=device)
-    positions = torch.arange(NEW, device=device).repeat(BATCH, 1)
-    bias = torch.zeros(BATCH, 1, NEW, SLOTS, device=device)
-    cache_positions = torch.arange(NEW, device=device).repeat(BATCH, 1)
-    seen = torch.zeros(BATCH, shape.vocab_size, dtype=torch.bool, device=device)
-    penalty = torch.ones(1, device=device)
-    slot_ids = torch.arange(SLOTS, device=device)
-    past_sample = [torch.zeros(BATCH, shape.heads, SLOTS, shape.head_size, device=device) for _ in past]
-    cross_sample = [torch.zeros(BATCH, shape.heads, shape.image_tokens, shape.head_size, device=device) for _ in cross]
+    ids = torch.full((BATCH, NEW), shape.bos_token_id, dtype=torch.long)
+    positions = torch.arange(NEW).repeat(BATCH, 1)
+    bias = torch.zeros(BATCH, 1, NEW, SLOTS)
+    cache_positions = torch.arange(NEW).repeat(BATCH, 1)
+    seen = torch.zeros(BATCH, shape.vocab_size, dtype=torch.bool)
+    penalty = torch.ones(1)
+    slot_ids = torch.arange(SLOTS)
+    past_sample = [torch.zeros(BATCH, shape.heads, SLOTS, shape.head_size) for _ in past]
+    cross_sample = [torch.zeros(BATCH, shape.heads, shape.image_tokens, shape.head_size) for _ in cross]
     axes = {
         "input_ids": {0: "batch", 1: "new"},
         "position_ids": {0: "batch", 1: "new"},
@@ -276,20 +261,23 @@ def export_decoder_step(module: nn.Module, shape: DecoderShape, path: Path, devi
         module,
         (ids, positions, bias, cache_positions, seen, penalty, slot_ids, *past_sample, *cross_sample),
         path,
-        [*TOKEN_INPUTS, *past, *cross],
+        [*STEP_INPUTS, *past, *cross],
         [*TOKEN_OUTPUTS, *present],
         axes,
     )
 
 
-def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict) -> None:
+def _export(
+    module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], axes: dict | None = None
+) -> None:
+    """``axes``: the dynamic ones; by default, the first (the batch) of every input and output."""
     torch.onnx.export(
         module,
         args,
         str(path),
         input_names=inputs,
         output_names=outputs,
-        dynamic_axes=axes,
+        dynamic_axes=axes or {name: {0: "batch"} for name in [*inputs, *outputs]},
         opset_version=OPSET,
         dynamo=False,
     )

@@ -19,6 +19,8 @@ from pipeline_src.steps.captioning import STANDIN_MARKER
 
 log = logging.getLogger(__name__)
 
+# What the stand-in marker says of itself, beside its size and seed.
+MARKER_WARNING = "random weights: captions are meaningless. Build with --blip <hub id or snapshot> for real ones."
 STANDIN_INIT_STD = 0.02  # the scale of the stand-in's random weights, vision and text alike
 
 STANDIN_SIZES = {
@@ -74,8 +76,6 @@ def standin_config(size: str, vocab_size: int, bos_token_id: int) -> BlipConfig:
 
 
 def save_standin(target: Path, size: str, seed: int = 0) -> Path:
-    if size not in STANDIN_SIZES:
-        raise ValueError(f"unknown stand-in size {size!r}; choose from {sorted(STANDIN_SIZES)}")
     processor = standin_processor()
     tokenizer = processor.tokenizer
     config = standin_config(size, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id)
@@ -88,19 +88,8 @@ def save_standin(target: Path, size: str, seed: int = 0) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target)
     processor.save_pretrained(target)
-    (target / STANDIN_MARKER).write_text(
-        json.dumps(
-            {
-                "stand_in": True,
-                "size": size,
-                "seed": seed,
-                "warning": "random weights: captions are meaningless. Build with --blip <hub id or snapshot> "
-                "for real ones.",
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    marker = {"stand_in": True, "size": size, "seed": seed, "warning": MARKER_WARNING}
+    (target / STANDIN_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     log.warning("BLIP STAND-IN (%s, random weights) written to %s: its captions are MEANINGLESS", size, target)
     return target
 

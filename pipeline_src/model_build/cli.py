@@ -76,7 +76,8 @@ def build_classifier(args: argparse.Namespace, decision: staleness.Decision) -> 
     if not decision.build:
         manifests.write_classifier_manifest(target.parent, None, None)
         return
-    checkpoint = _checkpoint_file(args.classifier_checkpoint)
+    asked = args.classifier_checkpoint  # None, or 'stand-in': the offline default
+    checkpoint = Path(asked).expanduser() if asked and asked != staleness.STANDIN else None
     if checkpoint:
         log.info("classifier: exporting %s (course MobileNetV2)", checkpoint)
         model = classifier_export.load_checkpoint(checkpoint, args.trust_pickled_checkpoint)
@@ -86,11 +87,6 @@ def build_classifier(args: argparse.Namespace, decision: staleness.Decision) -> 
     difference = classifier_export.export_onnx(model, target)
     manifest = manifests.write_classifier_manifest(target.parent, manifests.classifier_origin(checkpoint), difference)
     print(f"classifier: wrote {target} ({manifest.kind}); max abs difference ONNX Runtime vs PyTorch: {difference:.3g}")
-
-
-def _checkpoint_file(checkpoint: str | None) -> Path | None:
-    """The checkpoint to export; None for the offline default (nothing asked, or 'stand-in')."""
-    return Path(checkpoint).expanduser() if checkpoint and checkpoint != staleness.STANDIN else None
 
 
 def build_captioner(args: argparse.Namespace, decision: staleness.Decision) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
-from pipeline_src.model_build.blip_fidelity import Reference
+from pipeline_src.model_build.blip_fidelity import Reference, teacher_forced
 from pipeline_src.steps.captioning import GreedyCaptioner
 from pipeline_src.steps.fixed_buffers import FastGraphs, FixedBufferDecoder
 from pipeline_src.steps.onnx_runtime import OnnxModel, onnx_session
@@ -51,18 +51,14 @@ def calibrate(reference: Reference, fast: TextDecoder, embeds: np.ndarray, max_n
     agree = total = 0
     wrong_leads: list[float] = []
     resolution = 0.0  # fp16's spacing at the largest score seen
-    for row, (ids, tokens) in enumerate(zip(reference.prompt_ids, reference.tokens)):
-        logits, state = fast.prefill(embeds[row : row + 1], [ids], max_new_tokens)
-        for position, token in enumerate(tokens):
-            choice, lead = leads(logits[0])
-            resolution = max(resolution, float(np.spacing(np.float16(np.abs(logits[0]).max()))))
-            total += 1
-            if choice == token:
-                agree += 1
-            else:
-                wrong_leads.append(lead)
-            if position + 1 < len(tokens):
-                logits = fast.advance(state, np.array([token]))
+    for logits, token, _ in teacher_forced(reference, fast, embeds, max_new_tokens):
+        choice, lead = leads(logits)
+        resolution = max(resolution, float(np.spacing(np.float16(np.abs(logits).max()))))
+        total += 1
+        if choice == token:
+            agree += 1
+        else:
+            wrong_leads.append(lead)
     margin = GUARD_SAFETY * max([*wrong_leads, resolution])
     return {
         "teacher_forced_top1": agree / total,

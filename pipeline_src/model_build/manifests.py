@@ -4,6 +4,7 @@ model is, where its weights came from, the hash of each file its step loads, wha
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 
 from pipeline_src.model_build.blip_graphs import GraphPaths
@@ -80,13 +81,4 @@ def _write_or_keep(
             f"{model}: where its weights came from is not recorded (rebuild it with "
             "`make models BUILD_ARGS=--force`, or scripts/build_models.py --force and your weights)",
         )
-    return write_manifest(
-        version_dir,
-        model,
-        origin.kind,
-        origin.source,
-        files,
-        warning=origin.warning,
-        precisions=precisions,
-        fidelity=fidelity,
-    )
+    return write_manifest(version_dir, model, files=files, precisions=precisions, fidelity=fidelity, **asdict(origin))
