@@ -16,14 +16,6 @@ from pipeline_src.repository.scaffold.spec import Layout, ScaffoldError, StepSpe
 CONFIGURATION_SECTION = "\n## Configuration\n"  # the docs page's table a row per setting goes into
 
 
-def _configuration_rows(spec: StepSpec) -> list[str]:
-    """The rows docs/configuration.md's "Configuration" table gets for the new step's settings."""
-    return [
-        f"| {spec.name} | `scale` | 2.0 | the example computation's factor (food11-new-step's: replace it with "
-        f"your settings, and this row with theirs) |"
-    ]
-
-
 def with_configuration_rows(text: str, rows: Sequence[str]) -> str | None:
     """``text`` (docs/configuration.md) with ``rows`` appended to its "Configuration" table; None when it has
     no such table."""
@@ -69,7 +61,11 @@ def plan_files(spec: StepSpec, layout: Layout) -> dict[Path, str]:
                 f"{path.name} would have line(s) {long} longer than {LINE_LENGTH} characters: shorten the names"
             )
     text_format.Parse(files[model_dir / "config.pbtxt"], model_config_pb2.ModelConfig())  # raises on a bad name
-    plan_configuration_rows(files, layout, _configuration_rows(spec))
+    scale_row = (  # the example computation's one setting, in docs/configuration.md's "Configuration" table
+        f"| {spec.name} | `scale` | 2.0 | the example computation's factor (food11-new-step's: replace it with "
+        f"your settings, and this row with theirs) |"
+    )
+    plan_configuration_rows(files, layout, [scale_row])
     return files
 
 

@@ -98,13 +98,17 @@ def read_spec(name: str, source: Path, max_batch_size: int | None = None, instan
     return OnnxFileSpec(name, tensors(inputs), tensors(outputs), batch, instances, source=source, graph=graph)
 
 
-def _settings_parameters() -> str:
-    """Every setting of OnnxFileSettings at its default, as the settings-drift check wants a config to show them."""
+def _settings() -> list[tuple[str, str, str]]:
+    """Each setting of OnnxFileSettings: its name, its default as configs and the docs table write it, what it does."""
     defaults = OnnxFileSettings()
+    return [(f.name, _shown(getattr(defaults, f.name)), SETTING_NOTES[f.name]) for f in fields(OnnxFileSettings)]
+
+
+def _settings_parameters() -> str:
+    """Every setting at its default, as the settings-drift check wants a config to show them."""
     blocks = [
-        f'parameters {{\n{_comment(SETTING_NOTES[field.name])}\n  key: "{field.name}"\n'
-        f'  value: {{ string_value: "{_shown(getattr(defaults, field.name))}" }}\n}}'
-        for field in fields(OnnxFileSettings)
+        f'parameters {{\n{_comment(note)}\n  key: "{name}"\n  value: {{ string_value: "{default}" }}\n}}'
+        for name, default, note in _settings()
     ]
     return "\n".join(blocks)
 
@@ -117,14 +121,6 @@ def _comment(note: str) -> str:
 def _shown(value: object) -> str:
     """A setting's value as configs and the docs table write it (a bool in lower case)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _configuration_rows(name: str) -> list[str]:
-    defaults = OnnxFileSettings()
-    return [
-        f"| {name} | `{field.name}` | {_shown(getattr(defaults, field.name))} | {SETTING_NOTES[field.name]} |"
-        for field in fields(OnnxFileSettings)
-    ]
 
 
 def _test_header(spec: OnnxFileSpec, layout: Layout) -> str:
@@ -176,7 +172,8 @@ def plan_onnx_files(spec: OnnxFileSpec, layout: Layout) -> dict[Path, str | byte
     }
     for config in (model_dir / "config.pbtxt", model_dir / NATIVE_CONFIG):
         text_format.Parse(str(files[config]), model_config_pb2.ModelConfig())  # raises on a name Triton refuses
-    plan_configuration_rows(files, layout, _configuration_rows(spec.name))
+    rows = [f"| {spec.name} | `{name}` | {default} | {note} |" for name, default, note in _settings()]
+    plan_configuration_rows(files, layout, rows)
     return files
 
 

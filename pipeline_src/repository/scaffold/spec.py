@@ -11,19 +11,10 @@ from pathlib import Path
 DEFAULT_PACKAGE = "pipeline_src.steps"
 SELF_CONTAINED_SUFFIX = "_step"  # NAME_step.py: a module name unlikely to clash with an installed package
 
-# The element types the example computation supports: config spelling (without TYPE_) -> numpy type.
+# The element types the example computation supports: config spelling (without TYPE_) -> numpy type (FP32: float32).
 NUMERIC_TYPES = {
-    "FP16": "float16",
-    "FP32": "float32",
-    "FP64": "float64",
-    "INT8": "int8",
-    "INT16": "int16",
-    "INT32": "int32",
-    "INT64": "int64",
-    "UINT8": "uint8",
-    "UINT16": "uint16",
-    "UINT32": "uint32",
-    "UINT64": "uint64",
+    name: name.lower().replace("fp", "float")
+    for name in ("FP16", "FP32", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
 }
 # Text: Triton's wire name, which the config spells TYPE_STRING; numpy object arrays of bytes in a step.
 BYTES = "BYTES"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from pipeline_src.repository.loading import parse_config
+from pipeline_src.repository.loading import load_models
+from pipeline_src.repository.report import Report
 from pipeline_src.repository.scaffold.onnx_file import OnnxFileSpec
 from pipeline_src.repository.scaffold.spec import Layout, StepSpec, dims_text
 
@@ -23,12 +23,8 @@ def ensemble_tensors(repository: Path) -> list[tuple[str, str, str, str]]:
     step from a call that names none of the ensemble outputs it maps, even when another step reads one
     (pipeline_src/ensemble_pruning.py). An output of a step that its ensemble does not map yet is offered
     with the output_map line that maps it."""
-    configs = {}
-    for path in sorted(repository.glob("*/config.pbtxt")):
-        try:
-            configs[path.parent.name] = parse_config(path)
-        except (text_format.ParseError, OSError, UnicodeDecodeError):
-            continue  # food11-validate reports it
+    models = load_models(repository, Report(repository))  # what does not load, food11-validate reports
+    configs = {name: entry.config for name, entry in models.items() if entry.config is not None}
     found = []
     for ensemble, config in configs.items():
         if config.platform != "ensemble":
