@@ -68,20 +68,18 @@ def served_manifests(repository: Path) -> list[tuple[str, str, Manifest]]:
 
 
 def served_identity(repository: Path) -> list[dict]:
-    """One short entry per served manifest, by model name: what an answer carries."""
-    identity = []
-    for model, version, manifest in served_manifests(repository):
-        entry = {
+    """One short entry per served manifest, by model name: what an answer carries (its warning where it has one)."""
+    return [
+        {
             "model": model,
             "version": version,
             "kind": manifest.kind,
             "sha256": manifest.sha256[:SHORT_HASH],
             "source": manifest.source,
+            **({"warning": manifest.warning} if manifest.warning else {}),
         }
-        if manifest.warning:
-            entry["warning"] = manifest.warning
-        identity.append(entry)
-    return identity
+        for model, version, manifest in served_manifests(repository)
+    ]
 
 
 def identity_json(repository: Path) -> str:

@@ -23,7 +23,6 @@ def config_cells(row: Measured | None) -> dict:
 
 
 def measured_row(row: Measured, chosen: set[tuple[str, str]]) -> dict:
-    mark = "**yes**" if (row.step, row.variant) in chosen else ""
     return {
         "step": row.step,
         "configuration": row.variant.removeprefix(f"{row.step}_") + (" (as is)" if row.is_current else ""),
@@ -34,7 +33,7 @@ def measured_row(row: Measured, chosen: set[tuple[str, str]]) -> dict:
         "p95_ms": row.p95_ms,
         "p99_ms": row.p99_ms,
         "within_budget": "yes" if row.within_budget else "no",
-        "chosen": mark,
+        "chosen": "**yes**" if (row.step, row.variant) in chosen else "",
     }
 
 
