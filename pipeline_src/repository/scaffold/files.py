@@ -93,8 +93,5 @@ def write_new_files(name: str, files: Mapping[Path, str | bytes], layout: Layout
         raise ScaffoldError(f"no model repository at {layout.repository}")
     for path, content in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))  # a graph is bytes
     return list(files)
