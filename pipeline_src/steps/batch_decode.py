@@ -8,6 +8,7 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
@@ -19,7 +20,7 @@ class RequestPixels:
     """One request's photos as both models' tensors, or why the request is refused."""
 
     classifier: np.ndarray | None  # float32 [rows, 3, 224, 224]
-    captioner: np.ndarray | None  # float32 [rows, 3, 384, 384]
+    captioner: np.ndarray | None  # uint8 [rows, 3, 384, 384]
     error: str | None = None
 
 
@@ -39,11 +40,8 @@ class BatchDecoder:
             outcomes = [self._decode_one(photo) for photo in photos]
         else:
             outcomes = list(self._pool.map(self._decode_one, photos))
-        results, start = [], 0
-        for request in requests:
-            results.append(_assemble(outcomes[start : start + len(request)]))
-            start += len(request)
-        return results
+        ends = accumulate(len(request) for request in requests)  # each request's photos back to it, in order
+        return [_assemble(outcomes[end - len(request) : end]) for request, end in zip(requests, ends)]
 
     def close(self) -> None:
         if self._pool is not None:
@@ -58,14 +56,10 @@ class BatchDecoder:
 
 def _assemble(outcomes: Sequence[ImageTensors | ImageRejected]) -> RequestPixels:
     count = len(outcomes)
-    decoded = []
+    classifier = np.empty((count, 3, CLASSIFIER_SIZE, CLASSIFIER_SIZE), dtype=np.float32)
+    captioner = np.empty((count, 3, CAPTIONER_SIZE, CAPTIONER_SIZE), dtype=np.uint8)
     for index, outcome in enumerate(outcomes):
         if isinstance(outcome, ImageRejected):
             return RequestPixels(None, None, f"image {index + 1} of {count}: {outcome}")
-        decoded.append(outcome)
-    classifier = np.empty((count, 3, CLASSIFIER_SIZE, CLASSIFIER_SIZE), dtype=np.float32)
-    captioner = np.empty((count, 3, CAPTIONER_SIZE, CAPTIONER_SIZE), dtype=np.uint8)
-    for index, tensors in enumerate(decoded):
-        classifier[index] = tensors.classifier
-        captioner[index] = tensors.captioner
+        classifier[index], captioner[index] = outcome.classifier, outcome.captioner
     return RequestPixels(classifier, captioner)

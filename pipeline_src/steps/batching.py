@@ -44,14 +44,10 @@ BYTES_KINDS = ("O", "S")  # numpy's kinds a TYPE_STRING output may have
 def type_problem(name: str, array: np.ndarray, data_type: str) -> str | None:
     """What is wrong with ``array``'s numpy type as the output ``name`` its config declares ``data_type``."""
     dtype = np.asarray(array).dtype
-    if data_type == "TYPE_STRING":
-        fits, wanted = dtype.kind in BYTES_KINDS, "bytes"
-    elif data_type in NUMPY_TYPES:
-        wanted = NUMPY_TYPES[data_type]
-        fits = dtype == np.dtype(wanted)
-    else:
+    wanted = "bytes" if data_type == "TYPE_STRING" else NUMPY_TYPES.get(data_type)
+    if wanted is None:
         return None  # a type numpy does not hold (TYPE_BF16): Triton itself checks it
-    if fits:
+    if dtype.kind in BYTES_KINDS if wanted == "bytes" else dtype == np.dtype(wanted):
         return None
     return f"output {name} is {dtype}, its config declares {data_type} ({wanted}): cast it in the step"
 

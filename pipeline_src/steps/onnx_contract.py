@@ -67,15 +67,12 @@ def _tensor_mismatch(arg, tensor: Mapping[str, Any], batched: bool) -> str | Non
     graph_type = ORT_TO_TRITON.get(arg.type, arg.type)
     if graph_type != tensor["data_type"]:
         return f"the graph has element type {graph_type}, the config says {tensor['data_type']}"
-    dims = [int(dim) for dim in tensor.get("dims", [])]
-    shape = list(arg.shape) if arg.shape is not None else None
-    if shape is None:
+    if arg.shape is None:
         return None  # rank unknown: checked per answer (pipeline_src.steps.batching.check_outputs)
-    expected = ["batch", *dims] if batched else dims
-    shown = f"the graph has shape {shape}, the config {dims}" + (" after the batch dimension" if batched else "")
-    if len(shape) != len(expected):
-        return shown
-    for graph_dim, config_dim in zip(shape[1:] if batched else shape, dims):
-        if isinstance(graph_dim, int) and config_dim != -1 and graph_dim != config_dim:
-            return shown
+    shape, dims = list(arg.shape), [int(dim) for dim in tensor.get("dims", [])]
+    row = shape[1:] if batched else shape  # a named or unknown graph dim, or a config dim of -1, fits any size
+    if len(shape) != len(dims) + batched or any(
+        isinstance(graph_dim, int) and config_dim not in (-1, graph_dim) for graph_dim, config_dim in zip(row, dims)
+    ):
+        return f"the graph has shape {shape}, the config {dims}" + (" after the batch dimension" if batched else "")
     return None

@@ -42,13 +42,12 @@ class OnnxFileStep:
             return [self._answer_alone(request) for request in requests]
         # Requests of one row shape run stacked, once; a bad one fails alone, naming the step (answer_stacked).
         shapes = [{name: input_array(request, name) for name in self.model.inputs} for request in requests]
-        responses: list = [None] * len(requests)
+        responses: dict = {}
         for group in shape_groups(shapes):
             grouped = [requests[index] for index in group]
             answers = answer_stacked(self.step, grouped, self.model.inputs, self.model, self.checks)
-            for index, answer in zip(group, answers):
-                responses[index] = answer
-        return responses
+            responses.update(zip(group, answers))
+        return [responses[index] for index in range(len(requests))]
 
     def _answer_alone(self, request):
         """max_batch_size 0: each request is one run of the graph, at its own shapes."""

@@ -40,12 +40,9 @@ def execution_providers(on_gpu: bool, device_id: int = 0, cuda_graph: bool = Fal
     load_cuda_libraries()
     # Both measured in docs/gpu.md, "Settings that matter on a GPU". TF32 off: fp32 stays fp32 (the exact captions).
     # cuDNN's algorithm by heuristic: the default exhaustive search reruns for every new shape (each batch size).
-    cuda = {
-        "device_id": device_id,
-        "use_tf32": 0,
-        "cudnn_conv_algo_search": "HEURISTIC",
-        **({"enable_cuda_graph": 1} if cuda_graph else {}),
-    }
+    cuda: dict[str, object] = {"device_id": device_id, "use_tf32": 0, "cudnn_conv_algo_search": "HEURISTIC"}
+    if cuda_graph:
+        cuda["enable_cuda_graph"] = 1
     return [("CUDAExecutionProvider", cuda), "CPUExecutionProvider"]
 
 
@@ -113,9 +110,8 @@ class OnnxFileModel:
             ]
             return {name: np.concatenate([part[name] for part in parts]) for name in self.outputs}
         size = next(size for size in self.batch_sizes if size >= rows)
-        padded = {name: np.zeros((size, *array.shape[1:]), array.dtype) for name, array in batch.items()}
-        for name, array in batch.items():
-            padded[name][:rows] = array  # zero rows after: the rows are independent (inference only)
+        pad = [(0, size - rows)]  # zero rows after: the rows are independent (inference only)
+        padded = {name: np.pad(array, pad + [(0, 0)] * (array.ndim - 1)) for name, array in batch.items()}
         return {name: array[:rows] for name, array in self._run(self.sessions[size], padded).items()}
 
     def _run(self, session: ort.InferenceSession, batch: Arrays) -> dict[str, np.ndarray]:
@@ -159,14 +155,9 @@ class OnnxModel:
         """The step's model as its settings describe it, for its model.py and the in-process baseline alike."""
         path = version_dir / settings.onnx_file
         choice = settings.choose_precision(path.parent, on_gpu) if isinstance(settings, PrecisionSettings) else None
-        return cls(
-            precision_file(path, choice.precision if choice else "fp32"),
-            on_gpu,
-            device_id,
-            settings.intra_op_threads,
-            choice,
-            settings.padded_batch_sizes if on_gpu else (),
-        )
+        path = precision_file(path, choice.precision if choice else "fp32")
+        batch_sizes = settings.padded_batch_sizes if on_gpu else ()
+        return cls(path, on_gpu, device_id, settings.intra_op_threads, choice, batch_sizes)
 
     @property
     def providers(self) -> list[str]:

@@ -35,8 +35,7 @@ def choose_precision(requested: str, directory: Path, min_agreement: float, on_g
         return PrecisionChoice("fp32", "GPU instance: fp32 graphs on CUDA")
     if requested != "auto":
         return PrecisionChoice(requested, f"cpu_precision={requested}")
-    fidelity = read_fidelity(directory)
-    measured = (fidelity or {}).get("options", {}).get("int8")
+    measured = (read_fidelity(directory) or {}).get("options", {}).get("int8")
     if measured is None:
         return PrecisionChoice("fp32", f"auto: no int8 fidelity measured in {directory / FIDELITY_FILE}, so exact fp32")
     agreement = measured["teacher_forced_top1"]

@@ -180,15 +180,14 @@ class PrecisionSettings(StepSettings):
         return choose_precision(self.cpu_precision, directory, self.auto_min_agreement, on_gpu)
 
     def validate(self) -> None:
+        super().validate()  # the next class's checks first: OnnxStepSettings' for the vision encoder
         _require(self.cpu_precision in self.CPU_PRECISIONS, f"cpu_precision must be one of {self.CPU_PRECISIONS}")
         _require(0.0 <= self.auto_min_agreement <= 1.0, "auto_min_agreement must lie in [0, 1]")
 
 
 @dataclass(frozen=True)
 class VisionEncoderSettings(PrecisionSettings, OnnxStepSettings):
-    def validate(self) -> None:
-        OnnxStepSettings.validate(self)
-        PrecisionSettings.validate(self)
+    """An ONNX step with a CPU precision to choose; both bases' checks run (PrecisionSettings.validate)."""
 
 
 @dataclass(frozen=True)

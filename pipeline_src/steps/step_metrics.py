@@ -16,18 +16,14 @@ def families(kind, *named: tuple[str, str]) -> list:
     return [pb_utils.MetricFamily(name=name, description=description, kind=kind) for name, description in named]
 
 
-SECONDS = "food11_step_phase_seconds_total"
-RUNS = "food11_step_phase_runs_total"
-
-
 class StepPhaseMetrics:
     """Adds a ``PhaseClock``'s totals to the step's counters, once per execute (each add is a message to Triton)."""
 
     def __init__(self, model: str, version: str, phases: Iterable[str]):
         seconds, runs = families(
             pb_utils.MetricFamily.COUNTER,
-            (SECONDS, "Wall seconds a food11 step spent per phase"),
-            (RUNS, "How many times a food11 step ran each phase"),
+            ("food11_step_phase_seconds_total", "Wall seconds a food11 step spent per phase"),
+            ("food11_step_phase_runs_total", "How many times a food11 step ran each phase"),
         )
         self._counters = {}
         for phase in phases:
@@ -44,21 +40,16 @@ class StepPhaseMetrics:
             runs.increment(total.runs)
 
 
-WAITING = "food11_step_waiting_requests"
-IN_FLIGHT = "food11_step_rows_in_flight"
-
-
 class StepLoadGauges:
-    """What a step that answers from its own loop holds itself, where Triton's
-    ``nv_inference_pending_request_count`` cannot see it: ``food11_step_waiting_requests`` (requests waiting to
-    start) and ``food11_step_rows_in_flight`` (rows being worked on), labelled by model and version."""
+    """What a step that answers from its own loop holds itself, where Triton's ``nv_inference_pending_request_count``
+    cannot see it: the requests waiting to start and the rows being worked on, labelled by model and version."""
 
     def __init__(self, model: str, version: str):
         labels = {"model": model, "version": version}
         waiting, in_flight = families(
             pb_utils.MetricFamily.GAUGE,
-            (WAITING, "Requests waiting inside a food11 step"),
-            (IN_FLIGHT, "Rows a food11 step is working on"),
+            ("food11_step_waiting_requests", "Requests waiting inside a food11 step"),
+            ("food11_step_rows_in_flight", "Rows a food11 step is working on"),
         )
         self._waiting, self._in_flight = waiting.Metric(labels=labels), in_flight.Metric(labels=labels)
         self._families = (waiting, in_flight)  # kept after the metrics (see StepPhaseMetrics)
