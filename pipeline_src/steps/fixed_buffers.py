@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +30,11 @@ from pipeline_src.steps.text_decoder import (
     IMAGE_EMBEDS,
     MARGIN_OUTPUT,
     NEXT_OUTPUTS,
-    STEP_INPUTS,
     DecoderState,
     TextDecoder,
 )
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-FED_INPUTS = tuple(FED_BACK.values())  # the step inputs a step makes for the next one
 
 
 @dataclass
@@ -43,7 +42,7 @@ class BufferSet:
     """What one step reads and the other writes: the self-attention caches and the fed-back inputs."""
 
     cache: list[ort.OrtValue]  # cache_names("past") order, each [capacity, heads, slots, head_size]
-    fed: dict[str, ort.OrtValue]  # FED_INPUTS' names: input_ids [capacity, 1], ..., seen [capacity, vocab]
+    fed: dict[str, ort.OrtValue]  # FED_BACK's inputs: input_ids [capacity, 1], ..., seen [capacity, vocab]
 
 
 @dataclass
@@ -172,27 +171,21 @@ class FixedBufferDecoder(TextDecoder):
         written: BufferSet,
         prompt: dict | None = None,
         first: int = 0,
-        session: ort.InferenceSession | None = None,
+        exact: bool = False,
     ) -> ort.IOBinding:
-        """A step over rows ``[first, first + rows)`` on ``session`` (the serving one: fast or exact): reads
-        ``read``'s caches and fed inputs (or the prompt's, from the host), writes ``written``'s."""
-        binding = (session or self.serving_step).io_binding()
-        for name in STEP_INPUTS:
-            if prompt is not None and name in prompt:
-                binding.bind_cpu_input(name, np.ascontiguousarray(prompt[name]))
-            elif name in FED_INPUTS:
-                self._bind_rows(binding, name, read.fed[name], rows, first, output=False)
+        """A step over rows ``[first, first + rows)`` on the serving graph (fast or exact), or with ``exact`` on the
+        exact one: reads ``read``'s caches and fed inputs (or the prompt's, from the host), writes ``written``'s."""
+        binding = (self.step_session if exact else self.serving_step).io_binding()
+        for name, value in (prompt or {}).items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
         binding.bind_ortvalue_input("repetition_penalty", self.buffers.repetition_penalty)
         binding.bind_ortvalue_input("slot_ids", self.buffers.slot_ids)
-        for name, value in zip(self.past_names, read.cache):
+        cross = self.buffers.fast_cross if self.fast and not exact else self.buffers.cross
+        fed = {} if prompt else read.fed  # a prompt's step reads its own, bound above from the host
+        for name, value in [*fed.items(), *zip(self.past_names, read.cache), *zip(self.cross_names, cross)]:
             self._bind_rows(binding, name, value, rows, first, output=False)
-        fast = (session or self.serving_step) is not self.step_session
-        for name, value in zip(self.cross_names, self.buffers.fast_cross if fast else self.buffers.cross):
-            self._bind_rows(binding, name, value, rows, first, output=False)
-        for name in NEXT_OUTPUTS:
-            self._bind_rows(binding, name, written.fed[FED_BACK[name]], rows, first, output=True)
-        self._bind_rows(binding, MARGIN_OUTPUT, self.buffers.margin, rows, first, output=True)
-        for name, value in zip(self.present_names, written.cache):
+        outputs = [(name, written.fed[FED_BACK[name]]) for name in NEXT_OUTPUTS]  # STEP_OUTPUT_INDEX's order
+        for name, value in [*outputs, (MARGIN_OUTPUT, self.buffers.margin), *zip(self.present_names, written.cache)]:
             self._bind_rows(binding, name, value, rows, first, output=True)
         return binding
 
@@ -238,13 +231,10 @@ class FixedBufferDecoder(TextDecoder):
         binding = self._binding(rows, read, written, prompt, first)
         self.serving_step.run_with_iobinding(binding, self.unrecorded)
         self.last_binding = binding
-        tokens = binding.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+        tokens = next_tokens(binding)
         low = self._close_calls(binding, range(rows))
         if low:  # the guard: the prompt's step again on the exact graph, for the whole run (rare: it is one step)
-            self._exact_cross(range(first, first + rows))
-            exact = self._binding(rows, read, written, prompt, first, session=self.step_session)
-            self.step_session.run_with_iobinding(exact, self.unrecorded)
-            tokens = exact.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+            tokens = self._exact_step(range(first, first + rows), read, written, prompt)
         self.last_redone = [first + row for row in low]
         return tokens
 
@@ -261,14 +251,19 @@ class FixedBufferDecoder(TextDecoder):
         read, written = self.buffers.sets[self.parity], self.buffers.sets[1 - self.parity]
         self.parity = 1 - self.parity
         self.last_binding = binding
-        tokens = binding.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+        tokens = next_tokens(binding)
         self.last_redone = self._close_calls(binding, guarded)
-        self._exact_cross(self.last_redone)
         for first, last in runs(self.last_redone):  # the same inputs, the exact graph, those rows alone
-            exact = self._binding(last - first + 1, read, written, first=first, session=self.step_session)
-            self.step_session.run_with_iobinding(exact, self.unrecorded)
-            tokens[first : last + 1] = exact.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+            tokens[first : last + 1] = self._exact_step(range(first, last + 1), read, written)
         return tokens
+
+    def _exact_step(self, rows: range, read: BufferSet, written: BufferSet, prompt: dict | None = None) -> np.ndarray:
+        """The guard: ``rows``' step again on the exact graph (their exact cross-attention made at its first visit),
+        over the same buffers; their next tokens."""
+        self._exact_cross(rows)
+        exact = self._binding(len(rows), read, written, prompt, rows.start, exact=True)
+        self.step_session.run_with_iobinding(exact, self.unrecorded)
+        return next_tokens(exact)
 
     def _cross_kv(
         self,
@@ -362,12 +357,12 @@ class FixedBufferDecoder(TextDecoder):
 STEP_OUTPUT_INDEX = {name: index for index, name in enumerate([*NEXT_OUTPUTS, MARGIN_OUTPUT])}
 
 
+def next_tokens(binding: ort.IOBinding) -> np.ndarray:
+    """Each row's next token, as the step ``binding`` bound made it (the one output that comes to the host)."""
+    return binding.get_outputs()[STEP_OUTPUT_INDEX["next_ids"]].numpy()[:, 0]
+
+
 def runs(rows: Sequence[int]) -> list[tuple[int, int]]:
     """Sorted row numbers as (first, last) of each run of consecutive ones: [0, 1, 2, 5, 6] -> [(0, 2), (5, 6)]."""
-    found: list[tuple[int, int]] = []
-    for row in rows:
-        if found and row == found[-1][1] + 1:
-            found[-1] = (found[-1][0], row)
-        else:
-            found.append((row, row))
-    return found
+    groups = groupby(enumerate(rows), key=lambda pair: pair[1] - pair[0])  # a run's rows: one row minus index
+    return [(run[0][1], run[-1][1]) for run in (list(group) for _, group in groups)]
