@@ -114,21 +114,23 @@ class CaptionEngine:
 
     # --- the step's side -------------------------------------------------------------------------------------
 
-    def submit(self, job: Job) -> None:
-        """Queue ``job`` to join at the next step boundary. A full queue refuses it: that answer too is sent from the
-        loop's thread, after ``submit`` returns (a response sent before the step's execute has returned races
-        python_backend's bookkeeping of the request). Refused (raised) only when the loop has stopped."""
+    def submit(self, job: Job, refusal: Refused | None = None) -> None:
+        """Queue ``job`` to join at the next step boundary, or refuse it: with ``refusal`` (a problem its step found),
+        its own problem, or a full queue. That answer too is sent from the loop's thread, after ``submit`` returns (a
+        response sent before the step's execute has returned races python_backend's bookkeeping of the request).
+        Refused (raised) only when the loop has stopped."""
         with self.condition:
             if self.stopped:
                 raise Refused("the captioner is stopping")
-            if problem := self._problem(job):
-                self.refusals.append((job, Refused(problem, "INVALID_ARG")))
-            elif self.policy.max_queue_size and len(self.waiting) >= self.policy.max_queue_size:
-                self.refusals.append(
-                    (job, Refused(f"{QUEUE_FULL} ({self.policy.max_queue_size} requests wait to join)"))
-                )
-            else:
+            full = self.policy.max_queue_size and len(self.waiting) >= self.policy.max_queue_size
+            if refusal is None and (problem := self._problem(job)):
+                refusal = Refused(problem, "INVALID_ARG")
+            elif refusal is None and full:
+                refusal = Refused(f"{QUEUE_FULL} ({self.policy.max_queue_size} requests wait to join)")
+            if refusal is None:
                 self.waiting.append(job)
+            else:
+                self.refusals.append((job, refusal))
             self.condition.notify()
 
     def _problem(self, job: Job) -> str | None:
@@ -140,14 +142,6 @@ class CaptionEngine:
         if len(job.prompts) != len(images):
             return f"{len(images)} images but {len(job.prompts)} prompts"
         return None
-
-    def refuse(self, job: Job, error: Refused) -> None:
-        """Answer ``job`` with ``error`` from the loop's thread (see ``submit``)."""
-        with self.condition:
-            if self.stopped:
-                raise Refused("the captioner is stopping")
-            self.refusals.append((job, error))
-            self.condition.notify()
 
     def close(self, timeout_s: float = 30.0) -> None:
         with self.condition:
@@ -167,10 +161,9 @@ class CaptionEngine:
     def _loop(self) -> None:
         while True:
             with self.condition:
-                if not self.stopped and not self.waiting and not self.refusals and not self.rows_in_use:
+                if self._idle():
                     self._report()
-                while not self.stopped and not self.waiting and not self.refusals and not self.rows_in_use:
-                    self.condition.wait()
+                self.condition.wait_for(lambda: not self._idle())
                 if self.stopped:
                     break
             try:
@@ -178,6 +171,9 @@ class CaptionEngine:
             except Exception:  # the loop itself must never die: every request after would hang
                 self.warn(f"caption loop: an iteration failed: {traceback.format_exc()}")
         self._stop()
+
+    def _idle(self) -> bool:
+        return not self.stopped and not self.waiting and not self.refusals and not self.rows_in_use
 
     def _report(self) -> None:
         try:
@@ -252,9 +248,8 @@ class CaptionEngine:
             with clock.timing("decoder_step"):
                 tokens = self.decoder.step_rows(self.decoder.size_for(in_use[-1] + 1), in_use)
             clock.count("row_step", len(in_use))  # captions in progress per step: row_step runs / decoder_step runs
-            redone = set(self.decoder.last_redone)
             for index in in_use:
-                self._record(index, int(tokens[index]), index in redone)
+                self._record(index, int(tokens[index]))
 
     def _encode(self, joining: Sequence[Job]) -> dict[int, tuple[np.ndarray | ort.OrtValue, int]]:
         """The joining requests' pixels encoded in one batch (on the decoder's device: they stay there): for each
@@ -289,19 +284,19 @@ class CaptionEngine:
                 tokens = self.decoder.admit(
                     first, embeds, prompt_ids[span], self.captioner.repetition_penalty, embeds_row=base + start
                 )
-                redone = set(self.decoder.last_redone)
                 for row, token in zip(range(first, last + 1), tokens):
-                    self._record(row, int(token), row in redone)
+                    self._record(row, int(token))
 
-    def _record(self, row: int, token: int, redone: bool = False) -> None:
-        """One new token of the caption in ``row`` (``redone``: by the fast mode's guard, exactly); the row leaves at
-        [SEP] or the last token, the request answered when its last row leaves."""
+    def _record(self, row: int, token: int) -> None:
+        """One new token of the caption in ``row``, from the decoder's last admit or step (which says whether the fast
+        mode's guard redid it exactly); the row leaves at [SEP] or the last token, the request answered when its last
+        row leaves."""
         held = self.rows[row]
         if held is None:
             return
         job, index = held
         job.tokens[index].append(token)
-        job.redone[index] += redone
+        job.redone[index] += row in self.decoder.last_redone
         if token == self.sep or len(job.tokens[index]) == self.max_new_tokens:
             self.rows[row] = None
             job.open_rows -= 1
@@ -328,9 +323,8 @@ class CaptionEngine:
     def _fail_in_progress(self, error: BaseException) -> None:
         """Every request in the table ends with ``error`` (those answered already in this iteration keep theirs)."""
         jobs = {id(held[0]): held[0] for held in self.rows if held is not None}
-        for job in jobs.values():
-            self._release(job)
-            self.answers.append((job, None, error, None))
+        self.rows = [None] * len(self.rows)
+        self.answers += [(job, None, error, None) for job in jobs.values()]
 
     def _answer(
         self, job: Job, captions: list[str] | None, error: BaseException | None, modes: list[str] | None

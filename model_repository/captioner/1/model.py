@@ -42,14 +42,13 @@ class TritonPythonModel:
         choice = self.captioner.choice
         self.step.logger.log_info(
             f"{self.step.name}: text decoder in {choice.precision} ({choice.reason}), providers "
-            f"{self.captioner.decoder.providers}, {settings.rows_in_flight} rows in flight"
+            f"{self.captioner.decoder.step_session.get_providers()}, {settings.rows_in_flight} rows in flight"
         )
-        self.vision = (
-            LazyDeviceVision(settings, self.step.version_dir, self.captioner.decoder.device, self.step.on_gpu)
-            if settings.vision_encoder_graph
-            else None
-        )
-        if self.vision is not None:
+        self.vision = None
+        if settings.vision_encoder_graph:
+            self.vision = LazyDeviceVision(
+                settings, self.step.version_dir, self.captioner.decoder.device, self.step.on_gpu
+            )
             self.step.logger.log_info(
                 f"{self.step.name}: encodes CAPTIONER_PIXELS itself with {self.vision.path}, loaded at the first such "
                 "request (food11_pipeline_merged)"
@@ -88,7 +87,7 @@ class TritonPythonModel:
                 prompts = [prompt.decode("utf-8") for prompt in prompts]
             except (Refused, UnicodeDecodeError) as exc:
                 refusal = exc if isinstance(exc, Refused) else Refused(f"PROMPT: {exc}", "INVALID_ARG")
-                self.engine.refuse(Job(None, [], answer), refusal)
+                self.engine.submit(Job(None, [], answer), refusal)
                 continue
             job = Job(embeds, prompts, answer, deadline, is_cancelled=sender.is_cancelled, pixels=pixels)
             self.engine.submit(job)  # the loop refuses what it cannot take (neither input, or both), with why
@@ -99,26 +98,20 @@ class TritonPythonModel:
         CAPTION_ERROR, that output beside empty captions)."""
 
         def answer(captions, error, modes):
-            if error is None:
-                response = self._response(captions, [""] * rows if in_band else None, modes)
-            else:
+            errors = [""] * rows
+            if error is not None:
                 message = str(error) if isinstance(error, Refused) else f"internal error: {error}"
-                if in_band:
-                    response = self._response([""] * rows, [f"{self.step.name}: {message}"] * rows, [""] * rows)
-                else:
-                    response = self.step.error(
-                        message, getattr(pb_utils.TritonError, getattr(error, "code", "INTERNAL"))
-                    )
-            sender.send(response, flags=FINAL)
+                if not in_band:
+                    code = getattr(pb_utils.TritonError, getattr(error, "code", "INTERNAL"))
+                    sender.send(self.step.error(message, code), flags=FINAL)
+                    return
+                captions, errors, modes = [""] * rows, [f"{self.step.name}: {message}"] * rows, [""] * rows
+            tensors = [pb_utils.Tensor(CAPTION, bytes_rows(captions)), pb_utils.Tensor(MODE, bytes_rows(modes))]
+            if in_band:
+                tensors.append(pb_utils.Tensor(ERROR, bytes_rows(errors)))
+            sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=FINAL)
 
         return answer
-
-    @staticmethod
-    def _response(captions, errors, modes):
-        tensors = [pb_utils.Tensor(CAPTION, bytes_rows(captions)), pb_utils.Tensor(MODE, bytes_rows(modes))]
-        if errors is not None:
-            tensors.append(pb_utils.Tensor(ERROR, bytes_rows(errors)))
-        return pb_utils.InferenceResponse(output_tensors=tensors)
 
     def _report(self):
         """In the loop's thread, before it answers and when it goes idle: its clock's totals and its load."""
