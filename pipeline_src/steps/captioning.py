@@ -16,11 +16,10 @@ import numpy as np
 import tokenizers
 
 from pipeline_src.steps.fixed_buffers import FastGraphs, FixedBufferDecoder
-from pipeline_src.steps.onnx_runtime import onnx_session
 from pipeline_src.steps.phase_clock import PhaseClock
-from pipeline_src.steps.precision import FAST_PRECISION, FIDELITY_FILE, PrecisionChoice, precision_file, read_fidelity
+from pipeline_src.steps.precision import FAST_PRECISION, FIDELITY_FILE, PrecisionChoice, read_fidelity
 from pipeline_src.steps.settings import CaptionerSettings
-from pipeline_src.steps.text_decoder import CROSS_KV_FILE, DECODER_STEP_FILE, TextDecoder
+from pipeline_src.steps.text_decoder import TextDecoder, decoder_sessions
 
 STANDIN_MARKER = "STAND_IN.json"  # present only in a stand-in snapshot built by scripts/build_models.py
 # The snapshot's tokenizer, written next to the graphs by the build: the step reads it with the `tokenizers`
@@ -47,27 +46,6 @@ def table_sizes(rows: int, recorded: bool) -> tuple[int, ...]:
     return tuple(sorted({*(2**power for power in range(rows.bit_length()) if 2**power < rows), rows}))
 
 
-def text_decoder(
-    settings: CaptionerSettings, graphs_dir: Path, precision: str, on_gpu: bool = False, device_id: int = 0
-) -> FixedBufferDecoder:
-    """The decoder the captioner step runs as its settings describe it: a table of ``rows_in_flight`` rows
-    (requests join and leave it between steps); on a GPU instance with ``gpu_cuda_graphs``, its steps recorded
-    and replayed as CUDA graphs; in the fast mode, on the fp16 graphs, guarded by the exact ones."""
-    recorded = on_gpu and settings.gpu_cuda_graphs
-    return FixedBufferDecoder(
-        graphs_dir,
-        settings.max_prompt_tokens,
-        settings.max_new_tokens,
-        table_sizes(settings.rows_in_flight, recorded),
-        fast=fast_graphs(settings, graphs_dir, on_gpu, device_id, recorded) if settings.mode == "fast" else None,
-        precision=precision,
-        on_gpu=on_gpu,
-        device_id=device_id,
-        intra_op_threads=settings.intra_op_threads,
-        cuda_graph=recorded,
-    )
-
-
 def fast_graphs(
     settings: CaptionerSettings, graphs_dir: Path, on_gpu: bool, device_id: int, recorded: bool
 ) -> FastGraphs:
@@ -82,17 +60,7 @@ def fast_graphs(
             )
         margin = measured["guard_margin"]
     threads = settings.intra_op_threads
-    return FastGraphs(
-        onnx_session(precision_file(graphs_dir / CROSS_KV_FILE, FAST_PRECISION), on_gpu, device_id, threads, False),
-        onnx_session(
-            precision_file(graphs_dir / DECODER_STEP_FILE, FAST_PRECISION),
-            on_gpu,
-            device_id,
-            threads,
-            cuda_graph=recorded,
-        ),
-        margin,
-    )
+    return FastGraphs(*decoder_sessions(graphs_dir, FAST_PRECISION, on_gpu, device_id, threads, recorded), margin)
 
 
 def blip_prompt_ids(encoded: Sequence[int], bos_token_id: int) -> list[int]:
@@ -124,11 +92,26 @@ class GreedyCaptioner:
         cls, settings: CaptionerSettings, version_dir: Path, on_gpu: bool = False, device_id: int = 0
     ) -> GreedyCaptioner:
         """The captioner step's captioner as its settings describe it, for its model.py and the in-process
-        baseline alike."""
+        baseline alike: its decoder a table of ``rows_in_flight`` rows (requests join and leave it between steps); on
+        a GPU instance with ``gpu_cuda_graphs``, its steps recorded and replayed as CUDA graphs; in the fast mode, on
+        the fp16 graphs, guarded by the exact ones."""
         graphs_dir = version_dir / settings.graphs_dir
         choice = settings.choose_precision(graphs_dir, on_gpu)
+        recorded = on_gpu and settings.gpu_cuda_graphs
+        decoder = FixedBufferDecoder(
+            graphs_dir,
+            settings.max_prompt_tokens,
+            settings.max_new_tokens,
+            table_sizes(settings.rows_in_flight, recorded),
+            fast=fast_graphs(settings, graphs_dir, on_gpu, device_id, recorded) if settings.mode == "fast" else None,
+            precision=choice.precision,
+            on_gpu=on_gpu,
+            device_id=device_id,
+            intra_op_threads=settings.intra_op_threads,
+            cuda_graph=recorded,
+        )
         return cls.over(
-            text_decoder(settings, graphs_dir, choice.precision, on_gpu, device_id),
+            decoder,
             max_new_tokens=settings.max_new_tokens,
             repetition_penalty=settings.repetition_penalty,
             choice=choice,

@@ -35,7 +35,7 @@ class OnnxFileStep:
         check_graph_against_config(self.model.session, self.step.config, settings.onnx_file)
         self.model.warm_up()
         self.checks = dict.fromkeys(self.model.inputs, non_finite_problem) if settings.refuse_non_finite else {}
-        self.step.logger.log_info(f"{self.step.name}: ONNX Runtime providers {self.model.providers}")
+        self.step.logger.log_info(f"{self.step.name}: ONNX Runtime providers {self.model.session.get_providers()}")
 
     def execute(self, requests):
         if not self.batched:

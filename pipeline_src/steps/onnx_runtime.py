@@ -95,10 +95,6 @@ class OnnxFileModel:
         self.inputs = [arg.name for arg in self.session.get_inputs()]
         self.outputs = list(outputs) or [arg.name for arg in self.session.get_outputs()]
 
-    @property
-    def providers(self) -> list[str]:
-        return self.session.get_providers()
-
     def __call__(self, batch: Arrays) -> dict[str, np.ndarray]:
         if not self.batch_sizes:
             return self._run(self.session, batch)
@@ -158,10 +154,6 @@ class OnnxModel:
         path = precision_file(path, choice.precision if choice else "fp32")
         batch_sizes = settings.padded_batch_sizes if on_gpu else ()
         return cls(path, on_gpu, device_id, settings.intra_op_threads, choice, batch_sizes)
-
-    @property
-    def providers(self) -> list[str]:
-        return self.model.providers
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         return self.model({self.input.name: batch})[self.output.name]

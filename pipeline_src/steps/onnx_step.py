@@ -25,7 +25,7 @@ class OnnxStep:
             self.step.logger.log_info(f"{self.step.name}: {self.model.choice.precision} ({self.model.choice.reason})")
         self.input_name = self.step.config["input"][0]["name"]
         self.output_name = self.step.config["output"][0]["name"]
-        self.step.logger.log_info(f"{self.step.name}: ONNX Runtime providers {self.model.providers}")
+        self.step.logger.log_info(f"{self.step.name}: ONNX Runtime providers {self.model.session.get_providers()}")
 
     def execute(self, requests):
         return answer_stacked(

@@ -49,6 +49,23 @@ def cache_names(kind: str, layers: int) -> list[str]:
     return [f"{kind}_{part}.{layer}" for layer in range(layers) for part in ("key", "value")]
 
 
+def decoder_sessions(
+    directory: Path,
+    precision: str,
+    on_gpu: bool = False,
+    device_id: int = 0,
+    intra_op_threads: int = 0,
+    cuda_graph: bool = False,
+) -> tuple[ort.InferenceSession, ort.InferenceSession]:
+    """The cross-attention K/V graph (run once per request: no CPU arena) and the decoder step's, in ``precision``;
+    ``cuda_graph``: the step's runs may be recorded and replayed on CUDA."""
+    cross_kv, step = (precision_file(directory / name, precision) for name in (CROSS_KV_FILE, DECODER_STEP_FILE))
+    return (
+        onnx_session(cross_kv, on_gpu, device_id, intra_op_threads, cpu_arena=False),
+        onnx_session(step, on_gpu, device_id, intra_op_threads, cuda_graph=cuda_graph),
+    )
+
+
 @dataclass
 class DecoderState:
     """The KV cache of a batch of rows being generated, and what each row has seen so far."""
@@ -96,15 +113,8 @@ class TextDecoder:
         self.cross_names, self.past_names, self.present_names = (
             cache_names(kind, self.shape["layers"]) for kind in ("cross", "past", "present")
         )
-        self.cross_kv = onnx_session(
-            precision_file(directory / CROSS_KV_FILE, precision), on_gpu, device_id, intra_op_threads, cpu_arena=False
-        )  # once per request
-        self.step_session = onnx_session(
-            precision_file(directory / DECODER_STEP_FILE, precision),
-            on_gpu,
-            device_id,
-            intra_op_threads,
-            cuda_graph=cuda_graph,
+        self.cross_kv, self.step_session = decoder_sessions(
+            directory, precision, on_gpu, device_id, intra_op_threads, cuda_graph
         )
         # The caches stay on the session's device: on a GPU, copying them to the host and back at every token
         # (42 MB of cross-attention keys and values per image with BLIP base) would cost more than the step.
@@ -112,10 +122,6 @@ class TextDecoder:
         self.device = ("cuda" if on_cuda else "cpu", device_id if on_cuda else 0)
         self.unrecorded = ort.RunOptions()  # shapes that change from batch to batch: never a CUDA graph
         self.unrecorded.add_run_config_entry("gpu_graph_id", "-1")
-
-    @property
-    def providers(self) -> list[str]:
-        return self.step_session.get_providers()
 
     @property
     def warm_sizes(self) -> tuple[int, ...]:
