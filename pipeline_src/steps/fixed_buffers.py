@@ -364,5 +364,5 @@ def next_tokens(binding: ort.IOBinding) -> np.ndarray:
 
 def runs(rows: Sequence[int]) -> list[tuple[int, int]]:
     """Sorted row numbers as (first, last) of each run of consecutive ones: [0, 1, 2, 5, 6] -> [(0, 2), (5, 6)]."""
-    groups = groupby(enumerate(rows), key=lambda pair: pair[1] - pair[0])  # a run's rows: one row minus index
+    groups = groupby(enumerate(rows), key=lambda pair: pair[1] - pair[0])  # consecutive rows: one row - position
     return [(run[0][1], run[-1][1]) for run in (list(group) for _, group in groups)]
