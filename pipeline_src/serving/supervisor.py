@@ -81,30 +81,22 @@ def exit_cause(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
-@dataclass
-class RestartBudget:
+class RestartBudget(DeathStreak):
     """Restarts of one server: more than ``limit`` in a row, each soon after the last (``DeathStreak``), is a
     crash loop; a limit of 0, none at all."""
 
-    what: str
-    limit: int = 5
-    now: Callable[[], float] = time.monotonic
-    streak: DeathStreak = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.streak = DeathStreak(self.limit, now=self.now)
+    def __init__(self, what: str, limit: int = 5, now: Callable[[], float] = time.monotonic):
+        super().__init__(limit, now=now)
+        self.what = what
 
     def spend(self, cause: str) -> int:
         """Count one restart (its number in the streak); CrashLoop when over the limit, NotRestarted when it is 0."""
         if self.limit == 0:
             raise NotRestarted(f"{self.what} {cause}; restart limit 0: not restarted here")
-        count = self.streak.died()
-        if self.streak.exceeded:
-            raise CrashLoop(f"{self.streak.describe(self.what, cause)}: not restarting it again, it needs a person")
+        count = self.died()
+        if self.exceeded:
+            raise CrashLoop(f"{self.describe(self.what, cause)}: not restarting it again, it needs a person")
         return count
-
-    def came_back(self) -> None:
-        self.streak.came_back()
 
 
 @dataclass
