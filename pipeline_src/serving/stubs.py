@@ -32,17 +32,6 @@ class Stub:
         return self.state not in STOPPED + ZOMBIE
 
 
-def _stat(pid_dir: Path) -> tuple[str, int] | None:
-    """(state, parent pid), or None when the process is gone."""
-    try:
-        text = (pid_dir / "stat").read_text()
-    except OSError:
-        return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[1])
-
-
 def parse_stub(pid: int, arguments: list[str], state: str) -> Stub | None:
     """A model instance's stub from its command line, or None: another process, or the short-lived stub Triton
     starts while loading a model to complete its config (python_backend's AUTOCOMPLETE_STUB, named after the
@@ -57,9 +46,16 @@ def parse_stub(pid: int, arguments: list[str], state: str) -> Stub | None:
 def _children(parent_pid: int, proc: Path) -> Iterator[tuple[Path, str]]:
     """(its /proc folder, its state) for each child of ``parent_pid``, as they are now."""
     for pid_dir in proc.iterdir():
-        stat = _stat(pid_dir) if pid_dir.name.isdigit() else None
-        if stat is not None and stat[1] == parent_pid:
-            yield pid_dir, stat[0]
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            text = (pid_dir / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")".
+        state, parent = text[text.rindex(")") + 2 :].split()[:2]
+        if int(parent) == parent_pid:
+            yield pid_dir, state
 
 
 def zombie_children(parent_pid: int, proc: Path = PROC) -> list[int]:
