@@ -24,10 +24,6 @@ def new_key() -> str:
     return secrets.token_hex(32)
 
 
-def key_from_environment() -> str:
-    return os.environ.get(KEY_ENV) or new_key()
-
-
 KEY_RULE = "a non-empty key without ',', ':', '=' or whitespace (Triton's flag syntax)"
 
 

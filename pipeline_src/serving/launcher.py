@@ -133,7 +133,7 @@ class TritonServer:
         self.caches_responses = bool(cache_flags(self.extra_args))
         self.binary = binary
         self.steps_python = Path(steps_python or sys.executable)
-        self.admin_key = admin_key or admin.key_from_environment()
+        self.admin_key = admin_key or os.environ.get(admin.KEY_ENV) or admin.new_key()
         self.admin_http_headers = admin.http_headers(self.admin_key)
         # headers= for tritonclient.grpc's load_model, unload_model, update_trace_settings and the like
         self.admin_grpc_headers = admin.grpc_headers(self.admin_key)
@@ -216,7 +216,9 @@ class TritonServer:
         try:
             wait_for_http(self.process, f"http://{self.http_url}/v2/health/ready", timeout_s, "tritonserver")
         except ServerStartError as exc:
-            failures = self.load_failures()
+            # (model, reason) for every model whose load failed, from Triton's log
+            pattern = r"failed to load '([^']+)' version \d+: (.*?)(?:\\n|\"$)"
+            failures = re.findall(pattern, self.log() or "", flags=re.MULTILINE)
             if failures:  # the reason, first line only: the Python traceback under it is in the log
                 raise TritonStartError(
                     f"{exc}: a step failed to load:\n"
@@ -231,21 +233,16 @@ class TritonServer:
             return self.log_file.read_text(errors="replace")
         return None
 
-    def load_failures(self) -> list[tuple[str, str]]:
-        """(model, reason) for every model whose load failed, from Triton's log."""
-        pattern = r"failed to load '([^']+)' version \d+: (.*?)(?:\\n|\"$)"
-        return re.findall(pattern, self.log() or "", flags=re.MULTILINE)
-
     def log_tail(self, lines: int = 40) -> str:
         log = self.log()
         return "(no log)" if log is None else "\n".join(log.splitlines()[-lines:])
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
-        """Graceful shutdown; if it hangs, the whole group (backend stubs included) is killed. Stubs that
-        outlive their server (it crashed: they wait for it forever) are killed too."""
+        """Graceful shutdown, killed if it hangs; then the rest of its group is killed: backend stubs that outlive
+        their server (it crashed or hung: they wait for it forever)."""
         if self.process is None:
             return None
-        code = stop_process(self.process, timeout_s, whole_group=True)
+        code = stop_process(self.process, timeout_s)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         if self.shm_prefix and (left := remove_shared_memory(self.shm_prefix)):

@@ -69,16 +69,13 @@ def wait_for_http(process: subprocess.Popen, url: str, timeout_s: float, name: s
     raise ServerStartError(f"{name} not ready after {timeout_s:.0f} s")
 
 
-def stop_process(process: subprocess.Popen, timeout_s: float, whole_group: bool = False) -> int:
+def stop_process(process: subprocess.Popen, timeout_s: float) -> int:
     """SIGINT (a graceful shutdown for tritonserver and uvicorn), then SIGKILL if it hangs."""
     if process.poll() is None:
         process.send_signal(signal.SIGINT)
         try:
             process.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            if whole_group:
-                os.killpg(process.pid, signal.SIGKILL)
-            else:
-                process.kill()
+            process.kill()
             process.wait()
     return process.returncode
