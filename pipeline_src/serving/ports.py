@@ -10,10 +10,6 @@ from dataclasses import dataclass
 from pipeline_src.serving.processes import ServerStartError
 
 
-class PortInUseError(ServerStartError):
-    """A port a server needs is taken, typically by a server left over from an earlier run."""
-
-
 @dataclass(frozen=True)
 class Ports:
     http: int = 8000
@@ -41,7 +37,7 @@ def free_ports() -> Ports:
 
 
 def check_ports_free(address: str, ports: dict[str, int]) -> None:
-    """PortInUseError naming the first taken port, before anything is started.
+    """ServerStartError naming the first taken port, before anything is started.
 
     Probes bind as the servers will (SO_REUSEADDR, so a socket in TIME_WAIT from a server stopped a
     moment ago does not count as taken); a port taken on the wildcard address also conflicts here.
@@ -54,7 +50,7 @@ def check_ports_free(address: str, ports: dict[str, int]) -> None:
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE:
                     raise
-                raise PortInUseError(
+                raise ServerStartError(
                     f"port {port} ({role}) on {address} is already in use, perhaps by a server from an earlier "
                     f"run: see who holds it with `ss -ltnp 'sport = :{port}'` and stop it, or pick another port"
                 ) from None

@@ -15,7 +15,7 @@ class TritonRepositoryApi:
     """Triton's model repository API over HTTP, with the admin key (TritonServer.admin_http_headers)."""
 
     def __init__(self, http_url: str, headers: Mapping[str, str], timeout_s: float = 600.0):
-        self.base_url = http_url if "://" in http_url else f"http://{http_url}"
+        self.base_url = f"http://{http_url}"  # host:port, as TritonServer.http_url
         self.headers = {"Content-Type": "application/json", **headers}
         self.timeout_s = timeout_s  # a load answers when it is done: a large model takes a while
 

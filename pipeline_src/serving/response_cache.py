@@ -66,22 +66,19 @@ class CachedEnsembles:
     report: Callable[[str], None] = print
     packages: Mapping[str, Path] = field(default_factory=lambda: dict(DEFAULT_PACKAGES))
 
-    def refresh(self) -> dict[str, str | None]:
-        """By ensemble: None when it is now served at the revision with the cache on, else why not."""
+    def refresh(self) -> None:
+        """Each loaded ensemble not yet at the revision loaded at it, cached; a line each says how that went."""
         revision = repository_revision(self.repository, self.packages)
         loaded = self.triton.ready_versions()
-        outcome: dict[str, str | None] = {}
         for name in self.loaded_ensembles(loaded):
             if str(revision.version) in loaded[name]:
-                outcome[name] = None
                 continue
-            outcome[name] = error = self.load_cached(name, revision)
+            error = self.load_cached(name, revision)
             version = f"version {revision.version} (revision {revision.digest[:12]})"
             if error is None:
                 self.report(f"response cache: {name} cached, at {version}")
             else:
                 self.report(f"response cache: {name} NOT cached at {version}, it keeps serving uncached: {error}")
-        return outcome
 
     def uncache(self) -> None:
         for name in self.loaded_ensembles(self.triton.ready_models()):
