@@ -6,8 +6,6 @@ that fails leaves the others' figures. Every log and result lands in $OUT as it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 PARTS_ON_DEVICE = "/tmp/device_parts"
 FILES_ON_DEVICE = "/tmp/device_files"  # scripts/device_join.sh joins the parts there
 ARRIVED = "arrived"  # each part carries arrived/partN: the calls list what reached the machine so far
@@ -19,39 +17,33 @@ LEVELS = "--concurrency 1 8 32 64"
 BOTH = "--ensembles food11_pipeline food11_pipeline_merged"
 REFERENCE = f"{FILES_ON_DEVICE}/reference/reference.json"  # Hugging Face's captions, made here (device_stage.py)
 BUILD = 'PYTHONPATH=/tmp/buildsite:$PWD "$IMAGE_PYTHON" scripts/build_models.py'
+JOIN = f"bash scripts/device_join.sh {PARTS_ON_DEVICE}"  # then the command it runs once the files are joined
 
 
-@dataclass(frozen=True)
-class Round:
-    name: str  # the results' name: gpu_serve_<name>
-    what: str  # what it measures, for the plan
-    command: str
-
-
-def rounds(commit: str, dirty: bool, baseline: str | None, reference: bool) -> list[Round]:
-    """The measured rounds, each one call after the parts."""
-    join_sh = f"bash scripts/device_join.sh {PARTS_ON_DEVICE}"
+def rounds(commit: str, dirty: bool, baseline: str | None, reference: bool) -> list[tuple[str, str, str]]:
+    """The measured rounds, each one call after the parts: its name (its results' are gpu_serve_<name>), what it
+    measures (for the plan) and its command."""
     told = f"FOOD11_COMMIT={commit}{'+dirty' if dirty else ''} PYTHONUNBUFFERED=1"
     extra = (f" --reference {REFERENCE}" if reference else "") + (" --allow-dirty" if dirty else "")
     serve = f"python -m benchmarks.gpu_serve {LEVELS} --deadline-s {ROUND_DEADLINE_S}{extra}"
     fast_copy = "/tmp/fast/model_repository"
     found = [
-        Round(
+        (
             "exact",
             "the exact mode (the default), both ensembles: separate steps, and the vision encoder inside the captioner",
-            f"{told} {join_sh} {serve} {BOTH} --name gpu_serve_exact",
+            f"{told} {JOIN} {serve} {BOTH} --name gpu_serve_exact",
         ),
-        Round(
+        (
             "fast",
             "the fast mode (fp16, guarded), merged first: a copy of the repository with the captioner's mode fast",
             f"rm -rf /tmp/fast && mkdir -p /tmp/fast && cp -al model_repository /tmp/fast/ && python3 "
-            f"scripts/set_parameter.py {fast_copy} captioner mode fast && {told} {join_sh} {serve} --repository "
+            f"scripts/set_parameter.py {fast_copy} captioner mode fast && {told} {JOIN} {serve} --repository "
             f"{fast_copy} --ensembles food11_pipeline_merged food11_pipeline --name gpu_serve_fast",
         ),
     ]
     if baseline:
         found.append(
-            Round(
+            (
                 "baseline",
                 f"the captioner before its redesign: commit {baseline}, its own tree and build, food11_pipeline",
                 f"HERE=$PWD && rm -rf /tmp/baseline && mkdir -p /tmp/baseline && tar -xJf "
@@ -68,7 +60,6 @@ def device_calls(
     parts: int, commit: str, dirty: bool, baseline: str | None = None, reference: bool = False
 ) -> list[dict]:
     """The device tool's ``run`` calls, in order: the parts, then the rounds."""
-    join_sh = f"bash scripts/device_join.sh {PARTS_ON_DEVICE}"
     arrived = (
         f'echo "arrived: $(ls {PARTS_ON_DEVICE}/{ARRIVED} | tr "\\n" " ")on machine '
         '$(cat /proc/sys/kernel/random/boot_id)"'
@@ -84,10 +75,10 @@ def device_calls(
                 "python scripts/device_cuda_smoke.py 2>&1 | tee $OUT/cuda_smoke.log; "
                 f"{BUILD} --fast 2>&1 | tee $OUT/build.log"
             )
-            steps.append(f"PYTHONUNBUFFERED=1 {join_sh} bash -o pipefail -c '{then}'")
+            steps.append(f"PYTHONUNBUFFERED=1 {JOIN} bash -o pipefail -c '{then}'")
         calls.append({"carry": [f"{STAGE}/part{number}"], "command": " && ".join(steps), "what": f"part {number}"})
-    for measured in rounds(commit, dirty, baseline, reference):
-        calls.append({"carry": [], "command": measured.command, "what": f"round {measured.name}: {measured.what}"})
+    for name, what, command in rounds(commit, dirty, baseline, reference):
+        calls.append({"carry": [], "command": command, "what": f"round {name}: {what}"})
     for call in calls:
         call["timeout_s"] = CALL_LIMIT_S
         if len(call["command"]) > MAX_COMMAND:

@@ -20,7 +20,7 @@ import site
 import subprocess
 import sys
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 MIN_DRIVER = 580  # CUDA 13's
@@ -146,9 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = checks()
     if args.allow_cpu:
-        results = [
-            Check(c.name, c.ok, c.found, needed=False) if c.name.startswith(("a GPU", "driver")) else c for c in results
-        ]
+        results = [replace(c, needed=False) if c.name.startswith(("a GPU", "driver")) else c for c in results]
     for check in results:
         print(check.line(), flush=True)
     missing = [check.name for check in results if check.needed and not check.ok]

@@ -19,14 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-from device_calls import PARTS_ON_DEVICE, device_calls
+from device_calls import CALL_LIMIT_S, FILES_ON_DEVICE, PARTS_ON_DEVICE, device_calls
 from device_stage import STAGE_DIR
 
 from benchmarks.lib.results import collect_provenance
 from pipeline_src import PROJECT_ROOT
 
-DEVICE_SCRATCH = (PARTS_ON_DEVICE, "/tmp/device_files", "/tmp/venv", "/tmp/buildsite")  # device_join.sh's
-CALL_LIMIT_S = 600
+DEVICE_SCRATCH = (PARTS_ON_DEVICE, FILES_ON_DEVICE, "/tmp/venv", "/tmp/buildsite")  # device_join.sh's
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -248,7 +248,8 @@ def join(parts: Sequence[Path], sums: Mapping[str, str], destination: Path) -> l
     wrong = []
     for name, sha in sums.items():
         whole = [part / name for part in parts if (part / name).is_file()]
-        chunks = sorted((chunk for part in parts for chunk in part.glob(f"{name}.part[0-9][0-9]")), key=_chunk)
+        # by name, not path: the part folders sort part1, part10, part2; the names differ only in two digits
+        chunks = sorted((c for part in parts for c in part.glob(f"{name}.part[0-9][0-9]")), key=lambda c: c.name)
         target = destination / name
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "wb") as out:
@@ -257,10 +258,6 @@ def join(parts: Sequence[Path], sums: Mapping[str, str], destination: Path) -> l
         if (not whole and not chunks) or file_sha256(target) != sha:
             wrong.append(name)
     return wrong
-
-
-def _chunk(path: Path) -> int:
-    return int(path.suffix.removeprefix(".part"))
 
 
 def working_tree_bytes(root: Path = PROJECT_ROOT) -> int:
@@ -272,10 +269,6 @@ def working_tree_bytes(root: Path = PROJECT_ROOT) -> int:
         check=True,
     ).stdout.decode()
     return sum((root / name).stat().st_size for name in set(listed.split("\0")) if name and (root / name).is_file())
-
-
-def part_limit(tree_bytes: int) -> int:
-    return min(MAX_PART_BYTES, CALL_BYTES - tree_bytes - MARGIN_BYTES)
 
 
 def require_ignored(folder: Path = STAGE_DIR) -> None:
@@ -323,7 +316,7 @@ def main(argv=None) -> None:
     reference = stage_reference(STAGE_DIR / "download", files_dir, provenance.commit)
     sums = write_sums(files_dir)
     tree = working_tree_bytes()
-    limit = part_limit(tree)
+    limit = min(MAX_PART_BYTES, CALL_BYTES - tree - MARGIN_BYTES)
     plan = plan_parts({name: (files_dir / name).stat().st_size for name in sums}, limit)
     for stale in STAGE_DIR.glob("part*"):
         shutil.rmtree(stale)
