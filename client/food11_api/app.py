@@ -20,7 +20,6 @@ from food11_api.middleware import (
     BodySizeLimitMiddleware,
     CallerKeyMiddleware,
     RequestIdMiddleware,
-    ServerTimingMiddleware,
     StepHealthMiddleware,
 )
 from food11_api.routes import captioning, health, models, pages
@@ -104,8 +103,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             open_paths=health.PROBE_PATHS | pages.PAGE_PATHS | {metrics.METRICS_PATH, app.openapi_url or ""},
             open_prefixes=(pages.ASSETS_PREFIX,),
         )
-    app.add_middleware(ServerTimingMiddleware)
-    app.add_middleware(RequestIdMiddleware)  # every response, 413 and 401 included, carries the id
+    app.add_middleware(RequestIdMiddleware)  # every response, 413 and 401 included, carries the id and timing
     registry = metrics.instrument(app)  # outermost: counts the middlewares' answers too
     app.state.model_answers = metrics.ModelAnswers(registry)
     app.state.refusals = metrics.Refusals(registry)

@@ -1,6 +1,6 @@
-"""Pure ASGI middlewares: a request id on every request, caller keys (when the operator asks for them), a cap
-on request bodies, admission (a limit on requests in flight that follows the measured capacity, with each
-caller's share of it), refusing at once a request that needs a model that is not ready, Server-Timing."""
+"""Pure ASGI middlewares: a request id and Server-Timing on every request, caller keys (when the operator asks
+for them), a cap on request bodies, admission (a limit on requests in flight that follows the measured capacity,
+with each caller's share of it), refusing at once a request that needs a model that is not ready."""
 
 from __future__ import annotations
 
@@ -63,23 +63,30 @@ def _request_id(scope) -> str:
 @dataclass
 class RequestIdMiddleware:
     """Takes the caller's X-Request-ID if it is a plain token (else makes one), puts it in ``request.state``
-    and the response."""
+    and the response. Adds ``app;dur=<ms>`` (request received to response started) to the Server-Timing
+    header, beside the ``triton;dur=`` the endpoints set: together they split a request's time into pipeline,
+    API and network."""
 
     app: ASGIApp
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        started = time.perf_counter()
         given = dict(scope["headers"]).get(REQUEST_ID_HEADER, b"").decode("latin-1")
         request_id = given if SAFE_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
 
-        async def send_with_id(message):
+        async def send_with_id_and_timing(message):
             if message["type"] == "http.response.start":
-                message.setdefault("headers", []).append((REQUEST_ID_HEADER, request_id.encode()))
+                timing = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+                headers = MutableHeaders(scope=message)
+                earlier = headers.get("Server-Timing")  # the endpoint's triton;dur=
+                headers["Server-Timing"] = timing if earlier is None else f"{earlier}, {timing}"
+                message["headers"].append((REQUEST_ID_HEADER, request_id.encode()))
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        await self.app(scope, receive, send_with_id_and_timing)
 
 
 @dataclass
@@ -141,30 +148,6 @@ class CallerKeyMiddleware:
             return await unauthorized_response(key is not None, request_id)(scope, receive, send)
         scope.setdefault("state", {})["caller"] = caller
         await self.app(scope, receive, send)
-
-
-@dataclass
-class ServerTimingMiddleware:
-    """Adds ``app;dur=<ms>`` (request received to response started) to the Server-Timing header, beside
-    the ``triton;dur=`` the endpoints set: together they split a request's time into pipeline, API and
-    network."""
-
-    app: ASGIApp
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = time.perf_counter()
-
-        async def send_with_timing(message):
-            if message["type"] == "http.response.start":
-                timing = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
-                headers = MutableHeaders(scope=message)
-                earlier = headers.get("Server-Timing")  # the endpoint's triton;dur=
-                headers["Server-Timing"] = timing if earlier is None else f"{earlier}, {timing}"
-            await send(message)
-
-        await self.app(scope, receive, send_with_timing)
 
 
 @dataclass
