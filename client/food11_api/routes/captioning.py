@@ -11,10 +11,9 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, File, Request, Response, UploadFile
 from fastapi.routing import APIRoute
 
-from food11_api.dependencies import Answers, Client
+from food11_api.dependencies import Client
 from food11_api.ensemble_graph import EnsembleCall
 from food11_api.errors import ERROR_RESPONSES, ClientDisconnected
-from food11_api.metrics import ModelAnswers
 from food11_api.schemas import CaptionResponse, ClassifyResponse, PredictRequest, PredictResponse, ServedModelInfo
 from food11_api.settings import ApiSettings
 from food11_client import CaptionResult, Classification
@@ -50,15 +49,13 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     raise ClientDisconnected
 
 
-async def answer_one(
-    request: Request, answers: ModelAnswers, response: Response, call: Callable[..., Awaitable[list[A]]], image: bytes
-) -> A:
+async def answer_one(request: Request, response: Response, call: Callable[..., Awaitable[list[A]]], image: bytes) -> A:
     """``call`` (the client's caption or classify) on one photo, with the deadline left, unless the client
     disconnects; the models that answered counted, and Server-Timing the time spent waiting on Triton, so
     callers can tell pipeline from API time."""
     started = time.perf_counter()
     (result,) = await unless_disconnected(request, call([image], timeout_s=deadline_left_s(request)))
-    answers.count(result.models)
+    request.app.state.model_answers.count(result.models)
     response.headers["Server-Timing"] = f"triton;dur={(time.perf_counter() - started) * 1000:.2f}"
     return result
 
@@ -77,12 +74,11 @@ def deadline_left_s(request: Request) -> float:
 async def caption(
     photo: Annotated[UploadFile, File(description="JPEG, PNG, WebP, BMP or GIF")],
     client: Client,
-    answers: Answers,
     request: Request,
     response: Response,
 ) -> CaptionResponse:
     started = time.perf_counter()
-    result = await answer_one(request, answers, response, client.caption, await photo.read())
+    result = await answer_one(request, response, client.caption, await photo.read())
     return CaptionResponse(
         label=result.label, elapsed_ms=(time.perf_counter() - started) * 1000, **_answer_fields(result)
     )
@@ -91,10 +87,8 @@ async def caption(
 @router.post(
     "/predict", response_model=PredictResponse, summary="Caption a base64-encoded photo (the course's JSON endpoint)"
 )
-async def predict(
-    body: PredictRequest, client: Client, answers: Answers, request: Request, response: Response
-) -> PredictResponse:
-    result = await answer_one(request, answers, response, client.caption, body.image)
+async def predict(body: PredictRequest, client: Client, request: Request, response: Response) -> PredictResponse:
+    result = await answer_one(request, response, client.caption, body.image)
     return PredictResponse(prediction=result.label, **_answer_fields(result))
 
 
@@ -108,12 +102,11 @@ async def predict(
 async def classify(
     photo: Annotated[UploadFile, File(description="JPEG, PNG, WebP, BMP or GIF")],
     client: Client,
-    answers: Answers,
     request: Request,
     response: Response,
 ) -> ClassifyResponse:
     started = time.perf_counter()
-    result = await answer_one(request, answers, response, client.classify, await photo.read())
+    result = await answer_one(request, response, client.classify, await photo.read())
     return ClassifyResponse(
         label=result.label,
         probability=result.probability,

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from food11_api.dependencies import Settings
 from food11_api.errors import NOT_READY
 from food11_api.middleware import error_response
 from food11_api.schemas import Health
@@ -36,7 +35,6 @@ async def healthz() -> Health:
 )
 async def readyz(
     request: Request,
-    settings: Settings,
     route: Annotated[
         ProbedRoute | None,
         Query(description="only the models this route needs (its outputs' steps and their BLS callees)"),
@@ -44,7 +42,7 @@ async def readyz(
 ) -> Health | JSONResponse:
     readiness = await request.app.state.step_health.current()
     call = None if route is None else request.app.state.ensemble_calls[route]
-    why = readiness.why_not_ready(settings.triton_url, call)
+    why = readiness.why_not_ready(request.app.state.settings.triton_url, call)
     if why is None:
         return Health(status="ok")
     # Answered, not raised: a probe polls this while Triton is down, and that is no error to log.
