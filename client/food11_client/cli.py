@@ -50,13 +50,17 @@ def _name_the_photo(message: str, photos: list[Path]) -> str:
     return message
 
 
+def _fail(message: str, exit_code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return exit_code
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         images = [photo.read_bytes() for photo in args.photos]
     except OSError as exc:
-        print(f"error: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
-        return EXIT_BAD_PHOTO
+        return _fail(f"cannot read {exc.filename}: {exc.strerror}", EXIT_BAD_PHOTO)
     called = args.classify_model if args.classify_only else args.model
     with Food11Client(args.url, args.model, timeout_s=args.timeout, classify_model=args.classify_model) as client:
         try:
@@ -64,25 +68,20 @@ def main(argv=None) -> int:
                 client.classify(images) if args.classify_only else client.caption(images)
             )
         except InvalidImageError as exc:
-            print(f"error: bad photo: {_name_the_photo(str(exc), args.photos)}", file=sys.stderr)
-            return EXIT_BAD_PHOTO
+            return _fail(f"bad photo: {_name_the_photo(str(exc), args.photos)}", EXIT_BAD_PHOTO)
         except OverloadedError as exc:
-            print(
-                f"error: the server is over capacity and refused the photos at once (nothing was answered); "
+            return _fail(
+                "the server is over capacity and refused the photos at once (nothing was answered); "
                 f"retry in {RETRY_AFTER_S} s or more: {exc}",
-                file=sys.stderr,
+                EXIT_OVERLOADED,
             )
-            return EXIT_OVERLOADED
         except ServerUnavailableError as exc:
-            print(
-                f"error: Triton is not serving {called} at {args.url} (is the server up? "
-                f"`make serve` starts it): {exc}",
-                file=sys.stderr,
+            return _fail(
+                f"Triton is not serving {called} at {args.url} (is the server up? `make serve` starts it): {exc}",
+                EXIT_SERVER_DOWN,
             )
-            return EXIT_SERVER_DOWN
         except PipelineError as exc:
-            print(f"error: the pipeline failed: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+            return _fail(f"the pipeline failed: {exc}", EXIT_FAILED)
     output = [{"file": str(photo), **result.to_dict()} for photo, result in zip(args.photos, results)]
     print(json.dumps(output, indent=2, ensure_ascii=False))
     for warning in dict.fromkeys(warning for result in results for warning in result.warnings):

@@ -51,14 +51,13 @@ class Food11Client(Connection):
         started = time.monotonic()
         if self.timeout_s is None or cancels_safely(self.server_version()):
             with triton_errors(self.timeout_s, started):
-                response = self._client.infer(
+                return self._client.infer(
                     model,
                     inputs,
                     outputs=outputs,
                     timeout=wire.triton_timeout_us(self.timeout_s),
                     client_timeout=self.timeout_s,
                 )
-            return response
         return self._infer_without_cancelling(model, inputs, outputs, self.timeout_s, started)
 
     def _infer_without_cancelling(self, model: str, inputs: list, outputs: list, timeout_s: float, started: float):
