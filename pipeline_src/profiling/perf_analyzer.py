@@ -142,10 +142,6 @@ def served_config(model: str, url: str, protocol: str = "grpc") -> dict:
         return client.get_model_config(model, as_json=True)["config"]
 
 
-def answers_from_cache(config: dict) -> bool:
-    return bool(config.get("response_cache", {}).get("enable"))
-
-
 def cache_refusal(args: Sequence[str]) -> str | None:
     """Why perf_analyzer with ``args`` would measure Triton's response cache rather than the model (None: it would
     not, or the server cannot be asked, which perf_analyzer then reports itself)."""
@@ -158,13 +154,15 @@ def cache_refusal(args: Sequence[str]) -> str | None:
     if protocol == "http" and url == "localhost:8001":
         url = "localhost:8000"
     try:
-        cached = answers_from_cache(served_config(model, url, protocol))
+        config = served_config(model, url, protocol)
     except Exception:  # no server, no model: perf_analyzer says so in its own words
         return None
-    return cached_model_refusal(model) if cached else None
+    return cached_model_refusal(model, config)
 
 
-def cached_model_refusal(model: str) -> str:
+def cached_model_refusal(model: str, config: dict) -> str | None:
+    if not config.get("response_cache", {}).get("enable"):
+        return None
     return (
         f"{model} is served with Triton's response cache on (make serve's CACHE_MIB): perf_analyzer repeats its "
         "inputs, so nearly every request would be a cache hit and the figures would measure the cache, not the "
@@ -190,8 +188,8 @@ def measure(
     ``timeout_s``: a run that has not finished by then is killed and reported as failed. A model served with the
     response cache on is refused (``cache_refusal``): these figures are the pipeline's."""
     config = served_config(model, grpc_url)
-    if answers_from_cache(config):
-        raise PerfAnalyzerFailed(cached_model_refusal(model))
+    if refusal := cached_model_refusal(model, config):
+        raise PerfAnalyzerFailed(refusal)
     args = ["-m", model, "-u", grpc_url, "-i", "grpc", "--input-data", str(input_data), "-f", str(csv_path)]
     args += ["--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-mode", "count_windows"]
     args += ["--measurement-request-count", str(requests_per_window), "--max-trials", "10", "--verbose-csv"]

@@ -80,9 +80,6 @@ class CalleeRun:
     photos: int
     seconds: float
 
-    def text(self) -> str:
-        return f"ran {self.callee} here for {self.caller}'s answers to {self.photos} photos: {self.seconds:.1f} s"
-
 
 # --- an ensemble's tensors, from its wiring -----------------------------------------------------------------
 
@@ -299,7 +296,7 @@ def main(argv=None) -> None:
     for model, why in result.unfed.items():
         print(f"{model}: not written: {why}")
     for run in result.callee_runs:
-        print(run.text())
+        print(f"ran {run.callee} here for {run.caller}'s answers to {run.photos} photos: {run.seconds:.1f} s")
 
 
 if __name__ == "__main__":

@@ -33,10 +33,10 @@ from pipeline_src.profiling.report import machine_description
 from pipeline_src.tuning import analyzer_tool
 from pipeline_src.tuning.analyzer_config import Measuring, RunPaths, profile_config, write_profile_config
 from pipeline_src.tuning.ensemble_check import analyzer_limits, measure_repository
-from pipeline_src.tuning.measurements import Measured, choose, read_measurements
+from pipeline_src.tuning.measurements import choose, read_measurements
 from pipeline_src.tuning.report import markdown
 from pipeline_src.tuning.server_launch import local_launch
-from pipeline_src.tuning.sweep import StepPlan, Sweep, plan_steps
+from pipeline_src.tuning.sweep import Sweep, plan_steps
 from pipeline_src.tuning.tuned_repository import write_tuned_repository
 
 # The steps Model Analyzer can profile alone: not the ensembles, not the BLS step (caption_with_label, whose
@@ -128,7 +128,10 @@ def main(argv=None) -> None:
     repository = args.repository.resolve()
     sweep = Sweep(**{swept.name: tuple(getattr(args, swept.name)) for swept in fields(Sweep)})
     plans = plan_steps(repository, args.steps, sweep)
-    _say_plan(plans)
+    for plan in plans:
+        print(f"{plan.step}: {plan.variants} configuration(s) to measure, and the current one", flush=True)
+        for note in plan.notes:
+            print(f"  {note}", flush=True)
     photos = read_photos(args.photos)
     inputs = write_input_data(repository, photos, args.scratch / "perf_input")
     if unfed := [plan.step for plan in plans if plan.step not in inputs]:
@@ -162,7 +165,10 @@ def main(argv=None) -> None:
         "analyzer_seconds": seconds,
         "notes": [f"{plan.step}: {note}." for plan in plans for note in plan.notes],
         "steps": {plan.step: plan.model_config_parameters() for plan in plans},
-        "measured": [row_dict(row) for row in measured],
+        # each row's configuration flattened into it
+        "measured": [
+            {**{k: v for k, v in row.__dict__.items() if k != "config"}, **row.config.__dict__} for row in measured
+        ],
         "chosen": {c.step: (c.chosen.variant if c.chosen else None) for c in choices},
     }
     if args.ensemble_concurrency:
@@ -198,17 +204,6 @@ def write_report(directory: Path, name: str, result: dict, text: str, argv=None)
         f"{title}\n\nMeasured on {header['machine']}, {header['date']}. Command: `{header['command']}`.\n{body}"
     )
     return written
-
-
-def row_dict(row: Measured) -> dict:
-    return {**{k: v for k, v in row.__dict__.items() if k != "config"}, **row.config.__dict__}
-
-
-def _say_plan(plans: list[StepPlan]) -> None:
-    for plan in plans:
-        print(f"{plan.step}: {plan.variants} configuration(s) to measure, and the current one", flush=True)
-        for note in plan.notes:
-            print(f"  {note}", flush=True)
 
 
 if __name__ == "__main__":
