@@ -14,14 +14,7 @@ from typing import TypeVar
 from pipeline_src.ensemble_pruning import Step, ensemble_outputs_read, starved_calls
 from pipeline_src.repository.loading import ModelEntry
 from pipeline_src.repository.report import Report
-from pipeline_src.repository.tensors import (
-    ANY,
-    TensorSpec,
-    describe_edge_mismatch,
-    differs_only_in_batching,
-    edge_mismatch,
-    spec_of,
-)
+from pipeline_src.repository.tensors import ANY, TensorSpec, differs_only_in_batching, edge_mismatch, spec_of
 
 
 @dataclass(frozen=True)
@@ -216,12 +209,12 @@ class _EnsembleCheck:
                     )
                 source = sources[0] if len(sources) == 1 else None
                 if source is not None and source.spec and end.spec:
-                    why = edge_mismatch(source.spec, end.spec)
-                    if why and not (
+                    problem = edge_mismatch(tensor, source.spec, end.spec)
+                    if problem and not (
                         {source.step, end.step} & self.unbatched_steps
                         and differs_only_in_batching(source.spec, end.spec)
                     ):
-                        self.error(describe_edge_mismatch(tensor, source.spec, end.spec, why))
+                        self.error(problem)
 
     def check_cycles(self) -> None:
         """No step needs, directly or not, a tensor it produces itself."""

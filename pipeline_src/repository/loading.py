@@ -57,13 +57,6 @@ def describe_parse_error(path: Path, exc: text_format.ParseError) -> str:
     return f"{path}: {message}"
 
 
-def config_path_for(directory: Path, config_name: str | None) -> Path:
-    """The file Triton reads for this model: ``configs/<name>.pbtxt`` when started with
-    ``--model-config-name=<name>`` and the model has one, else ``config.pbtxt``."""
-    variant = directory / CONFIG_VARIANTS_DIR / f"{config_name}.pbtxt"
-    return variant if config_name and variant.is_file() else directory / CONFIG_FILE
-
-
 def load_models(repository: Path, report: Report, config_name: str | None = None) -> dict[str, ModelEntry]:
     """Every model folder of ``repository`` with its config (the ``config_name`` variant where there is one)
     and version folders; problems go to ``report``."""
@@ -71,7 +64,9 @@ def load_models(repository: Path, report: Report, config_name: str | None = None
     for directory in sorted(path for path in repository.iterdir() if path.is_dir() and not path.name.startswith(".")):
         entry = ModelEntry(directory.name, directory)
         models[entry.name] = entry
-        config_path = entry.config_path = config_path_for(directory, config_name)
+        # What Triton reads: configs/<name>.pbtxt when started with --model-config-name=<name> and the model has one
+        variant = directory / CONFIG_VARIANTS_DIR / f"{config_name}.pbtxt"
+        config_path = entry.config_path = variant if config_name and variant.is_file() else directory / CONFIG_FILE
         if not config_path.is_file():
             report.error(entry.name, f"no {CONFIG_FILE} in {directory} (this project gives every model one)")
             continue

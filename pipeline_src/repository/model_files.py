@@ -32,27 +32,19 @@ def check_local_backend(entry: ModelEntry, report: Report) -> None:
         )
 
 
-def backend_model_file(entry: ModelEntry, version_dir: Path) -> Path | None:
-    """The file Triton's backend loads from this version folder (default_model_filename respected),
-    or None for a backend this validator does not know."""
-    if entry.parsed_config.backend == PYTHON_BACKEND:
-        default = "model.py"
-    elif runs_onnx_runtime(entry):
-        default = "model.onnx"
-    else:
-        return None
-    return version_dir / (entry.parsed_config.default_model_filename or default)
-
-
 def check_backend_files(entry: ModelEntry, report: Report) -> list[Path]:
-    """Each version folder holds its backend's model file; returns the ones present."""
+    """Each version folder holds the file its backend loads (default_model_filename respected); returns the ones
+    present."""
+    config = entry.parsed_config
+    default = "model.py" if config.backend == PYTHON_BACKEND else "model.onnx" if runs_onnx_runtime(entry) else None
+    if default is None:  # a backend this validator does not know
+        if entry.versions:  # none: reported already
+            kind = config.backend or config.platform
+            report.warning(entry.name, f"backend/platform '{kind}': its model files are not checked")
+        return []
     present: list[Path] = []
     for version_dir in entry.versions:
-        path = backend_model_file(entry, version_dir)
-        if path is None:
-            kind = entry.parsed_config.backend or entry.parsed_config.platform
-            report.warning(entry.name, f"backend/platform '{kind}': its model files are not checked")
-            return present
+        path = version_dir / (config.default_model_filename or default)
         if path.exists():
             present.append(path)
         elif path.suffix == ".py":

@@ -53,27 +53,25 @@ def differs_only_in_batching(left: TensorSpec, right: TensorSpec) -> bool:
     return left.batched != right.batched and left.data_type == right.data_type and dims_match(left.dims, right.dims)
 
 
-def edge_mismatch(producer: TensorSpec, consumer: TensorSpec) -> str | None:
-    """Why ``producer`` cannot feed ``consumer``, or None. Stricter than Triton's load check on one point:
-    a side with max_batch_size 0 whose dims lack the batch dimension is refused (Triton loads it, then
-    fails every request of more than one row with 'unexpected shape')."""
+def edge_mismatch(tensor: str, producer: TensorSpec, consumer: TensorSpec) -> str | None:
+    """Why ``producer`` cannot feed ``consumer`` the ``tensor``, as the validator says it, or None. Stricter than
+    Triton's load check on one point: a side with max_batch_size 0 whose dims lack the batch dimension is refused
+    (Triton loads it, then fails every request of more than one row with 'unexpected shape')."""
     if producer.data_type != consumer.data_type:
-        return "the data types differ"
-    if producer.batched == consumer.batched:
-        return None if dims_match(producer.dims, consumer.dims) else "the dims differ"
-    if dims_match(producer.full_dims, consumer.full_dims):
-        return None
-    unbatched = consumer if producer.batched else producer
-    if dims_match(producer.dims, consumer.dims):
-        return (
+        why: str | None = "the data types differ"
+    elif producer.batched == consumer.batched:
+        why = None if dims_match(producer.dims, consumer.dims) else "the dims differ"
+    elif dims_match(producer.full_dims, consumer.full_dims):
+        why = None
+    elif dims_match(producer.dims, consumer.dims):
+        unbatched = consumer if producer.batched else producer
+        why = (
             f"{unbatched.label} has max_batch_size 0, so its dims must include the batch dimension the other "
             f"side carries (e.g. {[ANY, *unbatched.dims]}), or give it a max_batch_size"
         )
-    return "the dims differ"
-
-
-def describe_edge_mismatch(tensor: str, producer: TensorSpec, consumer: TensorSpec, why: str) -> str:
-    return (
+    else:
+        why = "the dims differ"
+    return why and (
         f"tensor '{tensor}': {producer.label} is {producer.describe()}, but {consumer.label} expects "
         f"{consumer.describe()}: {why}"
     )
