@@ -24,7 +24,8 @@ from pipeline_src.repository.scaffold.wiring import next_steps, onnx_next_steps
 
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
 DEFAULT_TESTS_DIR = PROJECT_ROOT / "tests" / "unit"  # the step's test needs no server
-CONFIGURATION_DOC = PROJECT_ROOT / "docs" / "configuration.md"  # its "Configuration" table: a row per setting
+# Beside the repository (this project's, or a copy of its tree): its "Configuration" table gets a row per setting.
+CONFIGURATION_DOC = Path("docs") / "configuration.md"
 
 DESCRIPTION = """\
 Add a new Python step to the model repository: ``food11-new-step NAME``.
@@ -160,16 +161,9 @@ def spec_from_args(args: argparse.Namespace) -> StepSpec:
     return StepSpec(args.name, tensors(args.inputs, "INPUT"), tensors(args.outputs, "OUTPUT"), batch, args.instances)
 
 
-def configuration_doc_beside(repository: Path) -> Path | None:
-    """The docs/configuration.md beside ``repository`` (this project's, for model_repository/; a copy's, for a
-    copy of the project's tree), whose table gets the new step's rows; None where there is none."""
-    doc = repository.resolve().parent / CONFIGURATION_DOC.relative_to(PROJECT_ROOT)
-    return doc if doc.is_file() else None
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    doc = None if args.no_docs else configuration_doc_beside(args.repository)
+    doc = None if args.no_docs else args.repository.resolve().parent / CONFIGURATION_DOC
     in_package = not (args.onnx or args.self_contained)  # else no logic module, or one in the model's folder
     source_dir = (args.source_dir or PROJECT_ROOT / "pipeline_src" / "steps") if in_package else None
     layout = Layout(args.repository, args.tests_dir, source_dir, args.package or DEFAULT_PACKAGE, configuration_doc=doc)

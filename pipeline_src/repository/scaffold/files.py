@@ -4,6 +4,7 @@ names it, gets a row per setting of the new step."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -16,30 +17,17 @@ from pipeline_src.repository.scaffold.spec import Layout, ScaffoldError, StepSpe
 CONFIGURATION_SECTION = "\n## Configuration\n"  # the docs page's table a row per setting goes into
 
 
-def with_configuration_rows(text: str, rows: Sequence[str]) -> str | None:
-    """``text`` (docs/configuration.md) with ``rows`` appended to its "Configuration" table; None when it has
-    no such table."""
-    head, found, section = text.partition(CONFIGURATION_SECTION)
-    if not found:
-        return None
-    lines = section.split("\n")
-    table = [index for index, line in enumerate(lines) if line.startswith("| ")]
-    if not table:
-        return None
-    last = table[0]
-    while last + 1 < len(lines) and lines[last + 1].startswith("| "):  # the first table, to its last row
-        last += 1
-    return head + found + "\n".join([*lines[: last + 1], *rows, *lines[last + 1 :]])
-
-
 def plan_configuration_rows(files: dict, layout: Layout, rows: Sequence[str]) -> None:
-    """Adds the layout's docs/configuration.md, with ``rows`` in its table, to the ``files`` to write (where it
-    has one, with that table)."""
+    """Adds the layout's docs/configuration.md, with ``rows`` appended to its "Configuration" table, to the
+    ``files`` to write (where it has one, with that table)."""
     doc = layout.configuration_doc
-    if doc is not None and doc.is_file():
-        updated = with_configuration_rows(doc.read_text(encoding="utf-8"), rows)
-        if updated is not None:
-            files[doc] = updated
+    if doc is None or not doc.is_file():
+        return
+    head, found, section = doc.read_text(encoding="utf-8").partition(CONFIGURATION_SECTION)
+    table = re.search(r"^\| .*(\n\| .*)*", section, re.MULTILINE)  # the section's first table, to its last row
+    if found and table:
+        added = "".join(f"\n{row}" for row in rows)
+        files[doc] = head + found + section[: table.end()] + added + section[table.end() :]
 
 
 def plan_files(spec: StepSpec, layout: Layout) -> dict[Path, str]:

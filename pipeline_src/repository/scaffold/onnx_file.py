@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import textwrap
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -99,28 +99,22 @@ def read_spec(name: str, source: Path, max_batch_size: int | None = None, instan
 
 
 def _settings() -> list[tuple[str, str, str]]:
-    """Each setting of OnnxFileSettings: its name, its default as configs and the docs table write it, what it does."""
-    defaults = OnnxFileSettings()
-    return [(f.name, _shown(getattr(defaults, f.name)), SETTING_NOTES[f.name]) for f in fields(OnnxFileSettings)]
+    """Each setting of OnnxFileSettings: its name, its default as configs and the docs table write it (a bool in
+    lower case), what it does."""
+    return [
+        (name, str(value).lower() if isinstance(value, bool) else str(value), SETTING_NOTES[name])
+        for name, value in asdict(OnnxFileSettings()).items()
+    ]
 
 
 def _settings_parameters() -> str:
-    """Every setting at its default, as the settings-drift check wants a config to show them."""
-    blocks = [
-        f'parameters {{\n{_comment(note)}\n  key: "{name}"\n  value: {{ string_value: "{default}" }}\n}}'
-        for name, default, note in _settings()
-    ]
+    """Every setting at its default, as the settings-drift check wants a config to show them (what it does as the
+    block's comment lines)."""
+    blocks = []
+    for name, default, note in _settings():
+        comment = "\n".join(f"  # {line}" for line in textwrap.wrap(note, LINE_LENGTH - 4))
+        blocks.append(f'parameters {{\n{comment}\n  key: "{name}"\n  value: {{ string_value: "{default}" }}\n}}')
     return "\n".join(blocks)
-
-
-def _comment(note: str) -> str:
-    """``note`` as the config's comment lines, indented inside a parameters block."""
-    return "\n".join(f"  # {line}" for line in textwrap.wrap(note, LINE_LENGTH - 4))
-
-
-def _shown(value: object) -> str:
-    """A setting's value as configs and the docs table write it (a bool in lower case)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _test_header(spec: OnnxFileSpec, layout: Layout) -> str:

@@ -31,8 +31,8 @@ def template_values(spec: StepSpec, layout: Layout) -> dict[str, object]:
         settings_class=spec.settings_class,
         config_inputs=_config_tensors(spec.inputs),
         config_outputs=_config_tensors(spec.outputs),
-        logic_inputs=_logic_inputs(spec),
-        logic_outputs=_logic_outputs(spec),
+        logic_inputs=_logic_tensors(spec.inputs, with_row_shape=False),
+        logic_outputs=_logic_tensors(spec.outputs, with_row_shape=True),
         max_batch_size=spec.max_batch_size,
         instances=spec.instances,
         model_imports=_model_imports(spec, layout),
@@ -78,12 +78,6 @@ def _from_import(module: str, names: Sequence[str]) -> str:
     return f"from {module} import (\n" + "".join(f"    {name},\n" for name in names) + ")"
 
 
-def _row_shape_literal(dims: Sequence[int], variable: int) -> str:
-    """A Python tuple of one row's shape: the dims, ``variable`` for a variable one."""
-    sizes = [str(variable if dim == -1 else dim) for dim in dims]
-    return f"({sizes[0]},)" if len(sizes) == 1 else f"({', '.join(sizes)})"
-
-
 def _config_tensors(tensors: Sequence[Tensor]) -> str:
     return ",\n".join(
         f'  {{ name: "{tensor.name}", data_type: {tensor.config_type}, dims: [ {", ".join(map(str, tensor.dims))} ] }}'
@@ -91,24 +85,16 @@ def _config_tensors(tensors: Sequence[Tensor]) -> str:
     )
 
 
-def _numpy_type(tensor: Tensor) -> str:
-    """The logic module's expression of the tensor's numpy type: text is its ``BYTES`` (object arrays)."""
-    return BYTES if tensor.data_type == BYTES else f"np.dtype(np.{NUMERIC_TYPES[tensor.data_type]})"
-
-
-def _logic_inputs(spec: StepSpec) -> str:
-    return "\n".join(
-        f'    "{tensor.name}": {_numpy_type(tensor)},  # {tensor.config_type} {dims_text(tensor.dims)}'
-        for tensor in spec.inputs
-    )
-
-
-def _logic_outputs(spec: StepSpec) -> str:
-    return "\n".join(
-        f'    "{tensor.name}": ({_numpy_type(tensor)}, '
-        f"{_row_shape_literal(tensor.dims, 1)}),  # {tensor.config_type} {dims_text(tensor.dims)}"
-        for tensor in spec.outputs
-    )
+def _logic_tensors(tensors: Sequence[Tensor], with_row_shape: bool) -> str:
+    """The logic module's ``INPUTS`` (each tensor's numpy type) or ``OUTPUTS`` (with one row's shape, a variable
+    dim as 1) entries; text's numpy type is its ``BYTES`` (object arrays)."""
+    entries = []
+    for tensor in tensors:
+        value = BYTES if tensor.data_type == BYTES else f"np.dtype(np.{NUMERIC_TYPES[tensor.data_type]})"
+        if with_row_shape:
+            value = f"({value}, {tuple(1 if dim == -1 else dim for dim in tensor.dims)})"
+        entries.append(f'    "{tensor.name}": {value},  # {tensor.config_type} {dims_text(tensor.dims)}')
+    return "\n".join(entries)
 
 
 def _text_tests(spec: StepSpec) -> str:

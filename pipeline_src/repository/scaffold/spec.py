@@ -120,8 +120,8 @@ class Layout:
     tests_dir: Path
     source_dir: Path | None = None  # the directory of ``package``; None: self-contained (in the model folder)
     package: str = DEFAULT_PACKAGE  # the dotted package of the logic module (unused when self-contained)
-    # The docs page whose "Configuration" table gets a row per setting of the new step; None: none
-    # (``food11-new-step`` passes docs/configuration.md when it writes into this project's repository).
+    # The docs page whose "Configuration" table gets a row per setting of the new step; None (or no such page):
+    # none (``food11-new-step`` passes the docs/configuration.md beside the repository, as this project's).
     configuration_doc: Path | None = field(default=None, kw_only=True)
 
     @property
