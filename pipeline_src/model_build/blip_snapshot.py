@@ -75,7 +75,7 @@ def standin_config(size: str, vocab_size: int, bos_token_id: int) -> BlipConfig:
     )
 
 
-def save_standin(target: Path, size: str, seed: int = 0) -> Path:
+def save_standin(target: Path, size: str, seed: int = 0) -> None:
     processor = standin_processor()
     tokenizer = processor.tokenizer
     config = standin_config(size, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id)
@@ -91,15 +91,12 @@ def save_standin(target: Path, size: str, seed: int = 0) -> Path:
     marker = {"stand_in": True, "size": size, "seed": seed, "warning": MARKER_WARNING}
     (target / STANDIN_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     log.warning("BLIP STAND-IN (%s, random weights) written to %s: its captions are MEANINGLESS", size, target)
-    return target
 
 
-def save_real(source: str, target: Path) -> Path:
-    """Copy a real BLIP (hub id or local snapshot directory) into the repository layout."""
+def save_real(source: str, target: Path) -> None:
+    """Copy a real BLIP (hub id or local snapshot directory) into the repository layout, a new ``target``."""
     processor = BlipProcessor.from_pretrained(source)
     model = BlipForConditionalGeneration.from_pretrained(source)
     target.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(target)
     processor.save_pretrained(target)
-    (target / STANDIN_MARKER).unlink(missing_ok=True)
-    return target

@@ -13,6 +13,7 @@ from pipeline_src import PROJECT_ROOT
 from pipeline_src.provenance import staleness
 from pipeline_src.provenance.manifest import MANIFEST_FILE, file_sha256, read_manifest, verify, write_manifest
 from pipeline_src.provenance.model_source import SOURCE_RECORD, USER_KIND, ModelSource, source_path
+from pipeline_src.provenance.origins import classifier_origin
 
 log = logging.getLogger("build_models")
 
@@ -85,30 +86,41 @@ def build_classifier(args: argparse.Namespace, decision: staleness.Decision) -> 
         log.info("classifier: offline default, ImageNet EfficientNet-Lite0 with the ImageNet->Food-11 head")
         model = classifier_export.imagenet_lite0_food11()
     difference = classifier_export.export_onnx(model, target)
-    manifest = manifests.write_classifier_manifest(target.parent, manifests.classifier_origin(checkpoint), difference)
+    manifest = manifests.write_classifier_manifest(target.parent, classifier_origin(checkpoint), difference)
     print(f"classifier: wrote {target} ({manifest.kind}); max abs difference ONNX Runtime vs PyTorch: {difference:.3g}")
 
 
 def build_captioner(args: argparse.Namespace, decision: staleness.Decision) -> None:
-    from pipeline_src.model_build import manifests
+    from pipeline_src.model_build import blip_graphs, manifests
 
     target = args.repository / "captioner" / "1" / "blip"
     real = bool(args.blip) and args.blip != staleness.STANDIN
     if decision.build:
-        replace_snapshot(args.repository, args.blip if real else None, args.blip_standin)
-    # A new snapshot makes every graph of the old one stale; kept, the build only fills in missing graphs.
-    build_captioner_graphs(args.repository, target, force=decision.build, int8=args.int8, fast=args.fast)
+        replace_snapshot(args.repository, target, args.blip if real else None, args.blip_standin)
+    # The ONNX graphs of the snapshot (their int8 and fp16 twins when asked), each checked against Hugging Face fp32
+    # (blip_graphs). A new snapshot makes every graph of the old one stale; kept, the build only fills in missing
+    # graphs.
+    paths = blip_graphs.GraphPaths.in_repository(args.repository)
+    if paths.complete(args.int8, args.fast) and not decision.build:
+        log.info("captioner: graphs in %s and %s exist (--force rebuilds them)", paths.vision.parent, paths.text_dir)
+    else:
+        started = time.monotonic()
+        twins = " and ".join(name for name, wanted in (("int8", args.int8), ("fp16", args.fast)) if wanted)
+        print(
+            f"captioner: exporting the ONNX graphs{f' and their {twins} twins' if twins else ''} and checking them ..."
+        )
+        for line in blip_graphs.build(target, paths, args.int8, args.fast):
+            print(f"captioner: {line} ({time.monotonic() - started:.0f} s)", flush=True)
     origin = manifests.blip_origin(target, args.blip if real and decision.build else None)
     for manifest in manifests.write_captioner_manifests(args.repository, target, origin):
         print(f"{manifest.model}: manifest {manifest.kind}, sha256 {manifest.sha256[:16]}")
 
 
-def replace_snapshot(repository: Path, blip: str | None, standin_size: str) -> None:
-    """The BLIP snapshot from ``blip`` (a stand-in without), written beside the old one and swapped in whole: no
-    file of the old one stays behind, and a download that fails leaves the old one in place."""
+def replace_snapshot(repository: Path, target: Path, blip: str | None, standin_size: str) -> None:
+    """The BLIP snapshot from ``blip`` (a stand-in without) at ``target``, written beside the old one and swapped in
+    whole: no file of the old one stays behind, and a download that fails leaves the old one in place."""
     from pipeline_src.model_build import blip_snapshot
 
-    target = repository / "captioner" / "1" / "blip"
     staging = target.with_name("blip.partial")
     shutil.rmtree(staging, ignore_errors=True)
     if blip:
@@ -127,24 +139,6 @@ def replace_snapshot(repository: Path, blip: str | None, standin_size: str) -> N
             f"captioner: wrote a {standin_size} BLIP STAND-IN with RANDOM WEIGHTS to {target}: "
             "its captions are MEANINGLESS (use --blip for a real model)"
         )
-
-
-def build_captioner_graphs(
-    repository: Path, snapshot: Path, force: bool = False, int8: bool = False, fast: bool = False
-) -> None:
-    """The ONNX graphs of the snapshot (with their int8 twins when ``int8``, their fp16 twins when ``fast``) and
-    the fidelity of each, checked against Hugging Face fp32 (pipeline_src.model_build.blip_graphs)."""
-    from pipeline_src.model_build import blip_graphs
-
-    paths = blip_graphs.GraphPaths.in_repository(repository)
-    if paths.complete(int8, fast) and not force:
-        log.info("captioner: graphs in %s and %s exist (--force rebuilds them)", paths.vision.parent, paths.text_dir)
-        return
-    started = time.monotonic()
-    twins = " and ".join(name for name, wanted in (("int8", int8), ("fp16", fast)) if wanted)
-    print(f"captioner: exporting the ONNX graphs{f' and their {twins} twins' if twins else ''} and checking them ...")
-    for line in blip_graphs.build(snapshot, paths, int8, fast):
-        print(f"captioner: {line} ({time.monotonic() - started:.0f} s)", flush=True)
 
 
 def build(args: argparse.Namespace) -> None:

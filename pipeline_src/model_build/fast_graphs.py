@@ -39,12 +39,6 @@ def write_fp16_twin(graph: Path, fp16_io: Sequence[str] = ()) -> Path:
     return twin
 
 
-def leads(logits: np.ndarray) -> tuple[int, float]:
-    """A row of logits' choice and its lead over the runner-up."""
-    best, runner_up = np.sort(logits)[-2:][::-1]
-    return int(np.argmax(logits)), float(best - runner_up)
-
-
 def calibrate(reference: Reference, fast: TextDecoder, embeds: np.ndarray, max_new_tokens: int) -> dict:
     """Teacher-forced on the reference's tokens: how often the fast graphs choose as Hugging Face fp32 did, and the
     guard's margin."""
@@ -52,13 +46,13 @@ def calibrate(reference: Reference, fast: TextDecoder, embeds: np.ndarray, max_n
     wrong_leads: list[float] = []
     resolution = 0.0  # fp16's spacing at the largest score seen
     for logits, token, _ in teacher_forced(reference, fast, embeds, max_new_tokens):
-        choice, lead = leads(logits)
         resolution = max(resolution, float(np.spacing(np.float16(np.abs(logits).max()))))
         total += 1
-        if choice == token:
+        if np.argmax(logits) == token:
             agree += 1
-        else:
-            wrong_leads.append(lead)
+        else:  # the wrong choice's lead over its runner-up
+            best, runner_up = np.sort(logits)[-2:][::-1]
+            wrong_leads.append(float(best - runner_up))
     margin = GUARD_SAFETY * max([*wrong_leads, resolution])
     return {
         "teacher_forced_top1": agree / total,

@@ -9,10 +9,7 @@ from pathlib import Path
 
 from pipeline_src.model_build.blip_graphs import GraphPaths
 from pipeline_src.provenance.manifest import Manifest, read_manifest, verify, write_manifest
-
-# Origins are in provenance/origins.py (no torch: the Triton image reads them); classifier_origin re-exported.
 from pipeline_src.provenance.origins import Origin, blip_standin_origin, real_blip_origin
-from pipeline_src.provenance.origins import classifier_origin as classifier_origin
 from pipeline_src.steps.captioning import standin_info
 from pipeline_src.steps.precision import FIDELITY_FILE, precision_file, read_fidelity
 

@@ -5,7 +5,7 @@ its version folder again (pipeline_src.model_build.cli.copy_user_models)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pipeline_src import PROJECT_ROOT
@@ -24,7 +24,7 @@ class ModelSource:
     version: str = "1"
 
     def to_json(self) -> str:
-        return json.dumps({"file": self.file, "source": self.source, "version": self.version}, indent=2) + "\n"
+        return json.dumps(asdict(self), indent=2) + "\n"
 
     @classmethod
     def read(cls, path: Path) -> ModelSource:

@@ -61,8 +61,7 @@ def served_manifests(repository: Path) -> list[tuple[str, str, Manifest]]:
     served = []
     for model_dir in sorted(path for path in Path(repository).iterdir() if path.is_dir() and path.name[0] != "."):
         version_dir = served_version_dir(model_dir)
-        manifest = read_manifest(version_dir) if version_dir is not None else None
-        if version_dir is not None and manifest is not None:
+        if version_dir is not None and (manifest := read_manifest(version_dir)) is not None:
             served.append((model_dir.name, version_dir.name, manifest))
     return served
 

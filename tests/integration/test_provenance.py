@@ -56,7 +56,8 @@ def test_a_manifest_notices_every_change_to_its_files(tmp_path):
 def test_the_build_keeps_what_it_knows_and_says_what_it_does_not(tmp_path):
     """Files found in place keep a manifest that still matches them; otherwise their origin is unknown,
     and that is a warning too: an answer must not look real when nobody knows."""
-    from pipeline_src.model_build.manifests import classifier_origin, write_classifier_manifest
+    from pipeline_src.model_build.manifests import write_classifier_manifest
+    from pipeline_src.provenance.origins import classifier_origin
 
     (tmp_path / "model.onnx").write_bytes(b"an ONNX file copied here by hand")
     found = write_classifier_manifest(tmp_path, None, None)
