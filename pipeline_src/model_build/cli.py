@@ -97,9 +97,8 @@ def build_captioner(args: argparse.Namespace, decision: staleness.Decision) -> N
     real = bool(args.blip) and args.blip != staleness.STANDIN
     if decision.build:
         replace_snapshot(args.repository, target, args.blip if real else None, args.blip_standin)
-    # The ONNX graphs of the snapshot (their int8 and fp16 twins when asked), each checked against Hugging Face fp32
-    # (blip_graphs). A new snapshot makes every graph of the old one stale; kept, the build only fills in missing
-    # graphs.
+    # The snapshot's ONNX graphs (int8, fp16 twins when asked), checked against Hugging Face fp32 (blip_graphs). A new
+    # snapshot makes every graph of the old one stale; kept, the build only fills in missing graphs.
     paths = blip_graphs.GraphPaths.in_repository(args.repository)
     if paths.complete(args.int8, args.fast) and not decision.build:
         log.info("captioner: graphs in %s and %s exist (--force rebuilds them)", paths.vision.parent, paths.text_dir)
