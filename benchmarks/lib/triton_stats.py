@@ -26,25 +26,6 @@ class ModelCounters:
     requests: int  # successful requests
     phase_ns: dict[str, int]  # total nanoseconds per phase, summed over requests
 
-    def minus(self, earlier: ModelCounters) -> ModelCounters:
-        return ModelCounters(
-            self.inferences - earlier.inferences,
-            self.executions - earlier.executions,
-            self.requests - earlier.requests,
-            {phase: self.phase_ns[phase] - earlier.phase_ns[phase] for phase in PHASES},
-        )
-
-    def summary(self) -> dict[str, float]:
-        """Mean batch size, and each phase's mean milliseconds per request."""
-        figures = {
-            "requests": self.requests,
-            "inferences": self.inferences,
-            "mean_batch": self.inferences / self.executions if self.executions else 0.0,
-        }
-        for phase in PHASES:
-            figures[f"{phase}_ms"] = self.phase_ns[phase] / self.requests / 1e6 if self.requests else 0.0
-        return figures
-
 
 def model_counters(url: str) -> dict[str, ModelCounters]:
     """Every loaded model's counters, by model name."""
@@ -62,26 +43,19 @@ def model_counters(url: str) -> dict[str, ModelCounters]:
     return counters
 
 
-def counters_since(url: str, before: dict[str, ModelCounters]) -> dict[str, dict[str, float]]:
-    """Per-model summaries of what happened since ``before``, for the models that ran."""
-    now = model_counters(url)
-    return {
-        name: counters.minus(before[name]).summary()
-        for name, counters in now.items()
-        if name in before and counters.requests > before[name].requests
-    }
-
-
-def step_figures(stats: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    """Triton's per-model summaries (counters_since) as one row's columns: each step's mean
-    batch, queue and compute time per request, in milliseconds."""
+def step_figures(before: Mapping[str, ModelCounters], now: Mapping[str, ModelCounters]) -> dict[str, float]:
+    """What each model that ran between ``before`` and ``now`` did, as one row's columns: its mean batch, and its
+    queue and compute time per request, in milliseconds."""
     row = {}
-    for step, figures in stats.items():
-        row[f"{step}_mean_batch"] = figures["mean_batch"]
-        row[f"{step}_queue_ms"] = figures["queue_ms"]
-        row[f"{step}_compute_ms"] = (
-            figures["compute_input_ms"] + figures["compute_infer_ms"] + figures["compute_output_ms"]
-        )
+    for step, counters in now.items():
+        earlier = before.get(step)
+        if earlier is None or counters.requests <= earlier.requests:
+            continue
+        requests, executions = counters.requests - earlier.requests, counters.executions - earlier.executions
+        ms = {phase: (counters.phase_ns[phase] - earlier.phase_ns[phase]) / requests / 1e6 for phase in PHASES}
+        row[f"{step}_mean_batch"] = (counters.inferences - earlier.inferences) / executions if executions else 0.0
+        row[f"{step}_queue_ms"] = ms["queue"]
+        row[f"{step}_compute_ms"] = ms["compute_input"] + ms["compute_infer"] + ms["compute_output"]
     return row
 
 
@@ -145,5 +119,5 @@ def snapshot(server: TritonServer) -> StepSnapshot:
 
 def figures_since(server: TritonServer, earlier: StepSnapshot) -> dict[str, float]:
     """Each step's batch, queue and compute (Triton's) and phases (its own clock) since ``earlier``, as columns."""
-    steps = step_figures(counters_since(server.grpc_url, earlier.counters))
+    steps = step_figures(earlier.counters, model_counters(server.grpc_url))
     return {**steps, **phase_figures(earlier.phases, step_phases(server.metrics_url))}
