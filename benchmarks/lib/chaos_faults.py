@@ -12,6 +12,7 @@ import asyncio
 import random
 import signal
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import psutil
@@ -70,7 +71,7 @@ def _stub_fault(kind: str, round_: int, served: Served, step: str, rng: random.R
     process = psutil.Process(stub.pid)
     at = time.monotonic()
     process.send_signal(signum)
-    return Injection(
+    injection = Injection(
         kind,
         round_,
         at,
@@ -78,6 +79,10 @@ def _stub_fault(kind: str, round_: int, served: Served, step: str, rng: random.R
         detect=(f"watchdog: {step}: ", "stub "),
         heal=(f"watchdog: {step}: healed in",),
     )
+    if signum == signal.SIGSTOP:  # a stopped stub is sent SIGCONT STOP_HOLD_S later
+        injection.target = f"{step}: {injection.target}"
+        injection.resume = asyncio.create_task(_resume_later(process, injection))
+    return injection
 
 
 def _state(process: psutil.Process) -> str:
@@ -126,10 +131,8 @@ async def _cancelled_burst(grpc_url: str, photo: bytes, burst: Burst) -> str:
             return "answered"
 
         ends = await asyncio.gather(*(one() for _ in range(burst.calls)))
-    counts = {end: ends.count(end) for end in sorted(set(ends))}
-    return f"{burst.calls} calls, client deadline {burst.timeout_s * 1000:.0f} ms: " + ", ".join(
-        f"{count} {end}" for end, count in counts.items()
-    )
+    counts = ", ".join(f"{count} {end}" for end, count in sorted(Counter(ends).items()))
+    return f"{burst.calls} calls, client deadline {burst.timeout_s * 1000:.0f} ms: {counts}"
 
 
 async def inject(kind: str, round_: int, served: Served, rng: random.Random, photo: bytes, burst: Burst) -> Injection:
@@ -138,12 +141,7 @@ async def inject(kind: str, round_: int, served: Served, rng: random.Random, pho
         return _stub_fault(kind, round_, served, kind.removeprefix(STUB_KILL), rng, signal.SIGKILL)
     if kind == STUB_STOP:
         step = STEPS[(round_ * 5) % len(STEPS)]  # another step each round (5 and 6 share no factor)
-        injection = _stub_fault(kind, round_, served, step, rng, signal.SIGSTOP)
-        if not injection.skipped:
-            pid = int(injection.target.split("(pid ")[1].split(",")[0])
-            injection.target = f"{step}: {injection.target}"
-            injection.resume = asyncio.create_task(_resume_later(psutil.Process(pid), injection))
-        return injection
+        return _stub_fault(kind, round_, served, step, rng, signal.SIGSTOP)
     if kind in (TRITON_KILL, API_KILL):
         what, fragment = ("tritonserver", TRITONSERVER) if kind == TRITON_KILL else ("the API", API)
         process = served.child(fragment)
