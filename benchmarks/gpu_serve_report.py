@@ -56,23 +56,6 @@ def gpu_rows(query_csv: str, fields: Sequence[str]) -> list[dict[str, str]]:
     return [dict(zip(fields, (cell.strip() for cell in line.split(",")))) for line in query_csv.splitlines() if line]
 
 
-def instance_devices(log: str) -> dict[str, list[str]]:
-    """Model -> one "GPU 0" or "CPU 0" per instance, as Triton's python backend logs their start."""
-    devices: dict[str, list[str]] = {}
-    for found in _INSTANCE.finditer(log):
-        devices.setdefault(found["instance"], []).append(f"{found['kind']} {found['id']}")
-    return devices
-
-
-def step_providers(log: str) -> dict[str, list[list[str]]]:
-    """Model -> the ONNX Runtime providers each of its instances reported at load, first choice first."""
-    providers: dict[str, list[list[str]]] = {}
-    for found in _PROVIDERS.finditer(log):
-        names = re.findall(r"'([^']+)'", found["list"])
-        providers.setdefault(found["model"], []).append(names)
-    return providers
-
-
 def gpu_steps(repository: Path) -> tuple[str, ...]:
     """The steps whose config asks for the GPU: every instance group without a kind (Triton's default: the GPU
     when it sees one) or KIND_GPU. The project's are classifier, vision_encoder and captioner; a step a user adds
@@ -90,7 +73,12 @@ def placement(log: str, instance_groups: Mapping[str, Sequence[Mapping]]) -> dic
     """Per step: the kinds Triton gave its instance groups (``/v2/models/<m>/config``), the device each
     instance started on (its log), the providers each instance's ONNX Runtime sessions run on (the step's own
     log line), and whether all of that says GPU. A step that runs no ONNX model reports no providers."""
-    devices, providers = instance_devices(log), step_providers(log)
+    devices: dict[str, list[str]] = {}  # model -> one "GPU 0" or "CPU 0" per instance
+    for found in _INSTANCE.finditer(log):
+        devices.setdefault(found["instance"], []).append(f"{found['kind']} {found['id']}")
+    providers: dict[str, list[list[str]]] = {}  # model -> each instance's providers, first choice first
+    for found in _PROVIDERS.finditer(log):
+        providers.setdefault(found["model"], []).append(re.findall(r"'([^']+)'", found["list"]))
     steps = {}
     for model, groups in instance_groups.items():
         kinds = [str(group.get("kind", "")) for group in groups]
@@ -142,15 +130,14 @@ def compare_captions(
     }
 
 
-def _row(rows: Sequence[Mapping], model: str, concurrency: int) -> Mapping | None:
-    return next(
-        (r for r in rows if r["model"] == model and r["concurrency"] == concurrency and "throughput" in r), None
-    )
+def _figure(rows: Sequence[Mapping], model: str, concurrency: int, figure: str) -> float | None:
+    """A figure of the model's measurement at that concurrency; None where it was not measured (or failed)."""
+    measured = (r for r in rows if r["model"] == model and r["concurrency"] == concurrency and "throughput" in r)
+    return next(measured, {}).get(figure)
 
 
 def _throughput(rows: Sequence[Mapping], model: str, concurrency: int, goal: float, target: str, unit: str) -> dict:
-    row = _row(rows, model, concurrency)
-    value = row["throughput"] if row else None
+    value = _figure(rows, model, concurrency, "throughput")
     return _check(target, f">= {goal:g} {unit}", value, None if value is None else value >= goal)
 
 
@@ -179,8 +166,7 @@ def targets(rows: Sequence[Mapping], captions: Mapping[str, Mapping], fast: bool
     if fast:
         identical = "fast mode: captions identical to the exact path's (Hugging Face fp32 generate)"
         return [*throughput, _identical(captions, identical, f">= {FAST_MIN_IDENTICAL:.0%}", FAST_MIN_IDENTICAL)]
-    at_one = _row(rows, ENSEMBLE, 1)
-    p50 = at_one["p50_ms"] if at_one else None
+    p50 = _figure(rows, ENSEMBLE, 1, "p50_ms")
     classifier = f"classifier throughput at concurrency {CLASSIFIER_CONCURRENCY}"
     return [
         _check(
