@@ -41,7 +41,7 @@ from benchmarks.gpu_serve_report import (
     targets,
 )
 from benchmarks.lib import carried_reference, mps
-from benchmarks.lib.in_process import InProcessPipeline, step_settings
+from benchmarks.lib.in_process import InProcessPipeline, blip_description, step_settings
 from benchmarks.lib.photos import FRUIT_PHOTOS, TEST_PHOTOS, varied_photos
 from benchmarks.lib.results import (
     RESULTS_DIR,
@@ -61,7 +61,6 @@ from pipeline_src.profiling.perf_input import write_input_data
 from pipeline_src.repository.bls_calls import bls_callees
 from pipeline_src.serving.launcher import TritonServer
 from pipeline_src.serving.ports import free_ports
-from pipeline_src.steps.captioning import standin_info
 from pipeline_src.steps.settings import CaptionerSettings
 
 OUT = Path(os.environ["OUT"]) if os.environ.get("OUT") else RESULTS_DIR
@@ -192,7 +191,10 @@ class Run:
             self.result.get("perf_analyzer", []), self.result.get("captions", {}), self.result.get("mode") == "fast"
         )
         write_results(self.name, self.result, markdown(self.result), directory=OUT, provenance=self.provenance)
-        copy_log_tail(self.log_file, self.name)
+        if self.log_file.exists():  # what the steps said at load, and any failure
+            with open(self.log_file, "rb") as log:
+                log.seek(max(0, self.log_file.stat().st_size - LOG_TAIL_BYTES))
+                (OUT / f"{self.name}_tritonserver.log").write_bytes(log.read())
 
     def fail(self, what: str, error: str) -> None:
         self.result.setdefault("errors", {})[what] = error[-3000:]
@@ -208,12 +210,6 @@ class Run:
             self.fail(name, traceback.format_exc())
         finally:
             self.save()
-
-
-def build(repository: Path) -> None:
-    """``make models``' build, into ``repository``, in a process of its own (its torch memory goes with it)."""
-    script = PROJECT_ROOT / "scripts" / "build_models.py"
-    subprocess.run([sys.executable, str(script), "--repository", str(repository)], check=True)
 
 
 def server_facts(grpc_url: str) -> tuple[str, dict[str, list]]:
@@ -246,8 +242,11 @@ def hugging_face_reference(
     answer.unlink(missing_ok=True)
     np.save(folder / "pixels.npy", pixels)
     settings = pipeline.captioner_settings
-    snapshot = pipeline.repository / "captioner" / "1" / settings.model_dir
-    job: dict[str, object] = {"snapshot": str(snapshot), "pixels": str(folder / "pixels.npy"), "prompts": prompts}
+    job: dict[str, object] = {
+        "snapshot": str(pipeline.captioner_snapshot),
+        "pixels": str(folder / "pixels.npy"),
+        "prompts": prompts,
+    }
     job |= {"max_new_tokens": settings.max_new_tokens, "repetition_penalty": settings.repetition_penalty}
     request.write_text(json.dumps(job))
     python = os.environ.get(REFERENCE_PYTHON) or sys.executable
@@ -263,7 +262,7 @@ def hugging_face_reference(
 def reference_keys(pipeline: InProcessPipeline, pixels: np.ndarray, asked: list[tuple[int, str]]) -> list[str]:
     """Each (photo, prompt)'s key among carried captions (benchmarks/lib/carried_reference.py)."""
     settings = pipeline.captioner_settings
-    weights = carried_reference.weights_sha256(pipeline.repository / "captioner" / "1" / settings.model_dir)
+    weights = carried_reference.weights_sha256(pipeline.captioner_snapshot)
     generation = (settings.max_new_tokens, settings.repetition_penalty)
     return [carried_reference.caption_key(weights, pixels[photo], prompt, *generation) for photo, prompt in asked]
 
@@ -364,15 +363,6 @@ def perf_sweep(run: Run, triton: TritonServer, repository: Path, input_files: di
         run.save()
 
 
-def copy_log_tail(log_file: Path, name: str) -> None:
-    """The end of Triton's log beside the results: what the steps said at load, and any failure."""
-    if log_file.exists():
-        with open(log_file, "rb") as log:
-            log.seek(max(0, log_file.stat().st_size - LOG_TAIL_BYTES))
-            OUT.mkdir(parents=True, exist_ok=True)
-            (OUT / f"{name}_tritonserver.log").write_bytes(log.read())
-
-
 def benchmark_photos(run: Run, count: int) -> list[bytes]:
     """The benchmarks' photos; the repository's own three where scikit-image (the rest) does not import."""
     try:
@@ -459,15 +449,13 @@ def main(argv=None) -> None:
         with run.stage("environment"):
             run.result["environment"] = environment(has_gpu)
         if args.build:
-            with run.stage("build"):
-                build(repository)
+            with run.stage("build"):  # make models' build, in a process of its own (its torch memory goes with it)
+                script = PROJECT_ROOT / "scripts" / "build_models.py"
+                subprocess.run([sys.executable, str(script), "--repository", str(repository)], check=True)
         with run.stage("server"):
-            settings = step_settings(repository, "captioner", CaptionerSettings)
-            standin = standin_info(repository / "captioner" / "1" / settings.model_dir)
-            run.result["mode"] = settings.mode  # exact or fast: which targets the run is held to
-            run.result["blip"] = (
-                f"BLIP stand-in {standin['size']} (random weights)" if standin else "BLIP (real weights)"
-            )
+            # exact or fast: which targets the run is held to
+            run.result["mode"] = step_settings(repository, "captioner", CaptionerSettings).mode
+            run.result["blip"] = blip_description(repository)
             photos = benchmark_photos(run, args.photos)
             run.result["photos"] = len(photos)
             with mps.mps_daemon() if args.mps else contextlib.nullcontext() as mps_folder:

@@ -14,7 +14,7 @@ from typing import TypeVar
 import numpy as np
 
 from pipeline_src.repository.loading import parse_config
-from pipeline_src.steps.captioning import GreedyCaptioner
+from pipeline_src.steps.captioning import GreedyCaptioner, standin_info
 from pipeline_src.steps.classification import plan_captions, softmax
 from pipeline_src.steps.imaging import image_tensors
 from pipeline_src.steps.onnx_runtime import OnnxModel
@@ -24,23 +24,25 @@ from pipeline_src.steps.settings import (
     CaptionWithLabelSettings,
     ClassifierSettings,
     PreprocessSettings,
-    SettingsError,
     StepSettings,
     VisionEncoderSettings,
-    declared_settings_class,
 )
 
 Settings = TypeVar("Settings", bound=StepSettings)
 
 
 def step_settings(repository: Path, model: str, kind: type[Settings]) -> Settings:
-    """A step's typed settings, as its config.pbtxt sets them (its ``settings`` parameter must name ``kind``)."""
+    """A step's typed settings, read from its config.pbtxt as the step itself reads them (a config naming
+    another settings class is refused)."""
     config = parse_config(repository / model / "config.pbtxt")
-    parameters = {key: value.string_value for key, value in config.parameters.items()}
-    declared = declared_settings_class(parameters)
-    if declared is None or not issubclass(declared, kind):
-        raise SettingsError(f"{model}: its config's settings parameter names {declared}, not {kind.__name__}")
-    return declared.from_parameters(parameters)
+    return kind.from_parameters({key: value.string_value for key, value in config.parameters.items()})
+
+
+def blip_description(repository: Path) -> str:
+    """Which BLIP the repository's captioner runs, as the reports name it: a stand-in (its size) or the real one."""
+    settings = step_settings(repository, "captioner", CaptionerSettings)
+    standin = standin_info(repository / "captioner" / "1" / settings.model_dir)
+    return f"BLIP stand-in {standin['size']} (random weights)" if standin else "BLIP (real weights)"
 
 
 def _precision(choice: PrecisionChoice | None) -> str:
@@ -80,6 +82,7 @@ class InProcessPipeline:
         self.labelling = step_settings(repository, "caption_with_label", CaptionWithLabelSettings)
         self.vision_settings = step_settings(repository, "vision_encoder", VisionEncoderSettings)
         self.captioner_settings = step_settings(repository, "captioner", CaptionerSettings)
+        self.captioner_snapshot = repository / "captioner" / "1" / self.captioner_settings.model_dir  # BLIP's
         self.classifier = OnnxModel.from_settings(classifier, repository / "classifier" / "1")
 
     @cached_property
@@ -88,8 +91,7 @@ class InProcessPipeline:
         if self.course:
             from pipeline_src.model_build.hf_captioner import HuggingFaceCaptioner
 
-            snapshot = self.repository / "captioner" / "1" / self.captioner_settings.model_dir
-            return HuggingFaceCaptioner.load(snapshot, self.captioner_settings.max_new_tokens)
+            return HuggingFaceCaptioner.load(self.captioner_snapshot, self.captioner_settings.max_new_tokens)
         return OnnxBlip(self.repository, self.vision_settings, self.captioner_settings)
 
     def preprocess(self, photos: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
