@@ -238,15 +238,11 @@ def hugging_face_reference(
     Hugging Face fp32 ``generate``'s caption of each (row of ``pixels``, prompt)."""
     folder = SCRATCH / "reference"
     folder.mkdir(parents=True, exist_ok=True)
-    request, answer = folder / "request.json", folder / "answer.json"
+    request, answer, npy = folder / "request.json", folder / "answer.json", folder / "pixels.npy"
     answer.unlink(missing_ok=True)
-    np.save(folder / "pixels.npy", pixels)
+    np.save(npy, pixels)
     settings = pipeline.captioner_settings
-    job: dict[str, object] = {
-        "snapshot": str(pipeline.captioner_snapshot),
-        "pixels": str(folder / "pixels.npy"),
-        "prompts": prompts,
-    }
+    job: dict[str, object] = {"snapshot": str(pipeline.captioner_snapshot), "pixels": str(npy), "prompts": prompts}
     job |= {"max_new_tokens": settings.max_new_tokens, "repetition_penalty": settings.repetition_penalty}
     request.write_text(json.dumps(job))
     python = os.environ.get(REFERENCE_PYTHON) or sys.executable
@@ -296,8 +292,7 @@ def write_reference(repository: Path, photos: list[bytes], path: Path) -> None:
     asked = [(photo, prompt) for photo in range(len(photos)) for prompt in prompts]
     # every label's prompt for every photo (288 captions for 24): about 8 minutes on 2 cores, made once ahead
     reference = hugging_face_reference(pipeline, pixels, asked, timeout_s=WRITE_REFERENCE_TIMEOUT_S)
-    provenance = collect_provenance()
-    made = {"commit": provenance.commit, "python": reference["python"], **reference["versions"]}
+    made = {"commit": collect_provenance().commit, "python": reference["python"], **reference["versions"]}
     carried_reference.write(path, dict(zip(reference_keys(pipeline, pixels, asked), reference["captions"])), made)
 
 
