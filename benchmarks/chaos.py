@@ -41,7 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=3)
     parser.add_argument("--photos", type=int, default=12)
     parser.add_argument(
-        "--api-deadline", type=float, default=60.0, help="the API's deadline (FOOD11_API_DEADLINE_S), s: its default"
+        "--api-deadline",
+        type=float,
+        default=float(os.environ.get("FOOD11_API_DEADLINE_S", 60.0)),
+        help="the API's deadline, s (default: FOOD11_API_DEADLINE_S, else the API's own, %(default)s)",
     )
     parser.add_argument(
         "--deadline", type=float, default=75.0, help="client deadline, s: the API's deadline and time for its 504"
@@ -59,7 +62,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="for serve.py's start, s")
     parser.add_argument("--scratch", type=Path, default=SCRATCH, help="serve.py's work dir and Triton's log")
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
-    return parse_benchmark_args(parser, argv)
+    args = parse_benchmark_args(parser, argv)
+    if args.deadline <= args.api_deadline:
+        parser.error("--deadline must outlast --api-deadline: a request the API ends at its deadline answers 504")
+    return args
 
 
 def schedule(kinds: list[str], rounds: int, rng: random.Random) -> list[tuple[str, int]]:
@@ -137,6 +143,7 @@ def summarize(args, outcomes: list[Outcome], injections: list[Injection], starte
         "concurrency": args.concurrency,
         "photos": args.photos,
         "deadline_s": args.deadline,
+        "api_deadline_s": args.api_deadline,
         "retry_pause_s": args.retry_pause,
         "seed": args.seed,
         "rounds": args.rounds,

@@ -126,7 +126,8 @@ def markdown(result: dict) -> str:
     paragraphs = [
         f"{result['repository']}. scripts/serve.py ({' '.join(result['serve_args']) or 'its defaults'}) under "
         f"{result['requests']} uploads through the API at concurrency {result['concurrency']} over "
-        f"{result['photos']} photos (client deadline {result['deadline_s']:.0f} s, a pause of "
+        f"{result['photos']} photos (the API's deadline {result['api_deadline_s']:.0f} s, the client's "
+        f"{result['deadline_s']:.0f} s, a pause of "
         f"{result['retry_pause_s']} s after a request that did not end well), {result['wall_s']:.0f} s, while "
         f"{len(result['faults'])} faults were injected in a seeded random order (seed {result['seed']}), at least "
         f"{result['rounds']} of each kind, each after the last one's recovery and a quiet {result['gap_s']:.0f} s.",

@@ -80,6 +80,7 @@ class RequestIdMiddleware:
         async def send_with_id_and_timing(message):
             if message["type"] == "http.response.start":
                 timing = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+                message.setdefault("headers", [])  # optional in ASGI (Starlette's responses always send them)
                 headers = MutableHeaders(scope=message)
                 earlier = headers.get("Server-Timing")  # the endpoint's triton;dur=
                 headers["Server-Timing"] = timing if earlier is None else f"{earlier}, {timing}"

@@ -248,8 +248,9 @@ class CaptionEngine:
             with clock.timing("decoder_step"):
                 tokens = self.decoder.step_rows(self.decoder.size_for(in_use[-1] + 1), in_use)
             clock.count("row_step", len(in_use))  # captions in progress per step: row_step runs / decoder_step runs
+            redone = set(self.decoder.last_redone)
             for index in in_use:
-                self._record(index, int(tokens[index]))
+                self._record(index, int(tokens[index]), index in redone)
 
     def _encode(self, joining: Sequence[Job]) -> dict[int, tuple[np.ndarray | ort.OrtValue, int]]:
         """The joining requests' pixels encoded in one batch (on the decoder's device: they stay there): for each
@@ -284,19 +285,19 @@ class CaptionEngine:
                 tokens = self.decoder.admit(
                     first, embeds, prompt_ids[span], self.captioner.repetition_penalty, embeds_row=base + start
                 )
+                redone = set(self.decoder.last_redone)
                 for row, token in zip(range(first, last + 1), tokens):
-                    self._record(row, int(token))
+                    self._record(row, int(token), row in redone)
 
-    def _record(self, row: int, token: int) -> None:
-        """One new token of the caption in ``row``, from the decoder's last admit or step (which says whether the fast
-        mode's guard redid it exactly); the row leaves at [SEP] or the last token, the request answered when its last
-        row leaves."""
+    def _record(self, row: int, token: int, redone: bool = False) -> None:
+        """One new token of the caption in ``row`` (``redone``: by the fast mode's guard, exactly); the row leaves at
+        [SEP] or the last token, the request answered when its last row leaves."""
         held = self.rows[row]
         if held is None:
             return
         job, index = held
         job.tokens[index].append(token)
-        job.redone[index] += row in self.decoder.last_redone
+        job.redone[index] += redone
         if token == self.sep or len(job.tokens[index]) == self.max_new_tokens:
             self.rows[row] = None
             job.open_rows -= 1

@@ -77,7 +77,8 @@ def markdown(result: dict, choices: Sequence[Choice], measured: Sequence[Measure
         f"(model files linked, not copied): {result['validation']}.",
         *result["notes"],
     ]
-    # Columns in their rows' order: every row has them all (and Model Analyzer always measures the step as it is).
+    # Columns in their rows' order: every row has them all. A run that measured nothing (every configuration failed
+    # to load, say) still reports its choices, with that table empty.
     choice_rows = [choice_row(c, budgets) for c in choices]
     measured_rows = [measured_row(row, chosen) for row in measured]
     sections = [
@@ -85,7 +86,7 @@ def markdown(result: dict, choices: Sequence[Choice], measured: Sequence[Measure
         markdown_table(
             "Every configuration measured",
             ["Latency in ms, throughput in inferences per second, as Model Analyzer reported them (its order)."],
-            list(measured_rows[0]),
+            list(measured_rows[0]) if measured_rows else ["nothing measured"],
             measured_rows,
             level=2,
         ),

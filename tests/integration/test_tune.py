@@ -119,3 +119,27 @@ def test_a_choice_changes_only_the_swept_fields(model_repository):
     assert {key: value for key, value in config.parameters.items() if key != "intra_op_threads"} == {
         key: value for key, value in before.parameters.items() if key != "intra_op_threads"
     }
+
+
+def test_a_run_that_measured_nothing_still_reports_its_choices():
+    """Model Analyzer can end without a row (every configuration failed to load): the report says what was kept."""
+    from pipeline_src.tuning.measurements import choose
+    from pipeline_src.tuning.report import markdown
+
+    sweep = {name: [1] for name in ("instance_counts", "max_batch_sizes", "queue_delays_us", "intra_op_threads")}
+    result = {
+        "budgets_ms": {"classifier": 50.0},
+        "sweep": sweep | {"concurrency": [1]},
+        "model_analyzer": analyzer_tool.VERSION,
+        "tritonserver": "2.51",
+        "measuring": {"requests_per_window": 8, "stability_percentage": 25},
+        "photos": 3,
+        "analyzer_seconds": 10.0,
+        "repository": "model_repository",
+        "tuned_repository": "tuned",
+        "validation": "OK",
+        "notes": [],
+    }
+    report = markdown(result, [choose("classifier", [])], [])
+    assert "| classifier | 50 |" in report and "no configuration within the budget: kept as it is" in report
+    assert "## Every configuration measured" in report
