@@ -144,9 +144,13 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Test files run TEST_WORKERS at a time, each file's tests in one worker (its module's servers shared): most of a
+# test's time is a server starting, loading or stopping, so two files at once fill two cores (docs/performance.md).
+TEST_WORKERS ?= 2
+
 test: install browser lint
 	@$(BIN)/food11-perf-analyzer --install >/dev/null || echo "note: without perf_analyzer its test is skipped"
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Every test not marked integration (pyproject.toml's markers; tests/conftest.py marks a test using a server fixture).
 test-unit: install
