@@ -53,6 +53,23 @@ def choice_row(choice: Choice, budgets_ms: dict[str, float]) -> dict:
     }
 
 
+# measured_row's keys, named here too: a run that measured nothing (every configuration failed to load, say) still
+# heads its empty table with them.
+MEASURED_COLUMNS = (
+    "step",
+    "configuration",
+    "instances",
+    "max_batch",
+    "queue_delay_us",
+    "intra_op_threads",
+    "concurrency",
+    "infer_per_s",
+    "avg_ms",
+    "p95_ms",
+    "p99_ms",
+    "within_budget",
+    "chosen",
+)
 # perf_analyzer's table with the repository measured in place of the model, and why a level failed.
 ENSEMBLE_COLUMNS = ("repository", *perf_analyzer.COLUMNS[1:], "error")
 
@@ -77,17 +94,15 @@ def markdown(result: dict, choices: Sequence[Choice], measured: Sequence[Measure
         f"(model files linked, not copied): {result['validation']}.",
         *result["notes"],
     ]
-    # Columns in their rows' order: every row has them all. A run that measured nothing (every configuration failed
-    # to load, say) still reports its choices, with that table empty.
+    # The choices' columns in their rows' order: every row has them all, and there is one per step swept.
     choice_rows = [choice_row(c, budgets) for c in choices]
-    measured_rows = [measured_row(row, chosen) for row in measured]
     sections = [
         markdown_table("Tuning each step with Model Analyzer", intro, list(choice_rows[0]), choice_rows),
         markdown_table(
             "Every configuration measured",
             ["Latency in ms, throughput in inferences per second, as Model Analyzer reported them (its order)."],
-            list(measured_rows[0]) if measured_rows else ["nothing measured"],
-            measured_rows,
+            MEASURED_COLUMNS,
+            [measured_row(row, chosen) for row in measured],
             level=2,
         ),
     ]

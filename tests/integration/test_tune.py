@@ -142,4 +142,4 @@ def test_a_run_that_measured_nothing_still_reports_its_choices():
     }
     report = markdown(result, [choose("classifier", [])], [])
     assert "| classifier | 50 |" in report and "no configuration within the budget: kept as it is" in report
-    assert "## Every configuration measured" in report
+    assert "## Every configuration measured" in report and "| step | configuration | instances |" in report
