@@ -28,6 +28,7 @@ from benchmarks.lib.chaos_serve import ECHOED, Served
 from benchmarks.lib.load import OK, UNANSWERED, WRONG, Outcome, correct_since, ground_truth, run_load, upload
 from benchmarks.lib.photos import varied_photos
 from benchmarks.lib.results import RESULTS_DIR, benchmark_cli, parse_benchmark_args, portable_path, write_results
+from food11_api.settings import ApiSettings
 from pipeline_src import PROJECT_ROOT
 from pipeline_src.serving.serve import STOPPED_STUB_NOTE
 
@@ -43,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--api-deadline",
         type=float,
-        default=float(os.environ.get("FOOD11_API_DEADLINE_S", 60.0)),
+        default=ApiSettings().deadline_s,  # as the API reads it: FOOD11_API_DEADLINE_S, else its default
         help="the API's deadline, s (default: FOOD11_API_DEADLINE_S, else the API's own, %(default)s)",
     )
     parser.add_argument(
