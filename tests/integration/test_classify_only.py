@@ -32,14 +32,21 @@ def inference_counts(triton_grpc, models) -> dict[str, int]:
     return stats
 
 
-def counts_once_counted(triton_grpc, models, before: dict[str, int], ran: str, expected: int) -> dict[str, int]:
-    """``models``' inference counts once Triton has counted ``expected`` more inferences of ``ran`` than ``before``
-    (it updates its statistics just after answering) or after a few seconds."""
+def once_counted(read, counted):
+    """``read()`` once ``counted`` holds for it (Triton updates its statistics just after answering), or after a few
+    seconds."""
     for _ in range(50):
-        if (after := inference_counts(triton_grpc, models))[ran] - before[ran] >= expected:
+        if counted(value := read()):
             break
         time.sleep(0.1)
-    return after
+    return value
+
+
+def counts_once_counted(triton_grpc, models, before: dict[str, int], ran: str, expected: int) -> dict[str, int]:
+    """``models``' inference counts once Triton has counted ``expected`` more inferences of ``ran`` than ``before``."""
+    return once_counted(
+        lambda: inference_counts(triton_grpc, models), lambda after: after[ran] - before[ran] >= expected
+    )
 
 
 def requests_answered(triton_grpc, ensemble: str) -> int:
@@ -49,12 +56,10 @@ def requests_answered(triton_grpc, ensemble: str) -> int:
 
 def requests_answered_since(triton_grpc, ensemble: str, before: int, expected: int) -> int:
     """How many requests ``ensemble`` answered since it had answered ``before``, once Triton has counted
-    ``expected`` of them (it updates its statistics just after answering) or after a few seconds."""
-    for _ in range(50):
-        if (answered := requests_answered(triton_grpc, ensemble) - before) >= expected:
-            break
-        time.sleep(0.1)
-    return answered
+    ``expected`` of them."""
+    return once_counted(
+        lambda: requests_answered(triton_grpc, ensemble) - before, lambda answered: answered >= expected
+    )
 
 
 def raw_call(triton_grpc, photos: list[bytes], outputs: list[str] | None, model: str = ENSEMBLE):
